@@ -1,0 +1,212 @@
+"""HTTP routes for sessions, terminals and inboxes (seed 001, core contract).
+
+Message text travels in JSON bodies; the query-string form (`?message=`) is
+kept for compatibility with older clients.
+"""
+from __future__ import annotations
+
+from typing import Annotated
+
+from fastapi import APIRouter, Body, Path, Query, Request, status
+from pydantic import BaseModel, ConfigDict, Field
+
+from ..errors import InvalidInput
+from ..models import MessageStatus, OrchestrationType
+from ..services.orchestration import StepRequest
+from ..services.terminals import CreateRequest
+from .schemas import MAX_TEXT, InboxMessageOut, InboxPost, InitialMessage, InputBody, KeyBody, TerminalOut
+
+router = APIRouter()
+
+TerminalId = Annotated[str, Path(pattern=r"^[a-f0-9]{8}$", description="8 lowercase hex characters")]
+
+
+def rt(request: Request):
+    return request.app.state.runtime
+
+
+def _tools(allowed_tools: str | None) -> list[str] | None:
+    if allowed_tools is None:
+        return None
+    return [t.strip() for t in allowed_tools.split(",") if t.strip()] or None
+
+
+def _text(body_text: str | None, query_text: str | None, what: str = "message") -> str:
+    text = body_text if body_text is not None else query_text
+    if not text:
+        raise InvalidInput(f"{what} is required (JSON body {{\"{what}\": ...}} or ?{what}=)")
+    if len(text) > MAX_TEXT:
+        raise InvalidInput(f"{what} too long: {len(text)} characters (limit {MAX_TEXT})")
+    return text
+
+
+async def _create(request: Request, req: CreateRequest, body: InitialMessage | None) -> TerminalOut:
+    runtime = rt(request)
+    initial = body.initial_message if body else None
+    if body and body.initial_message == "":
+        raise InvalidInput("initial_message must not be empty")
+    if body and body.initial_message_orchestration_type and not initial:
+        raise InvalidInput("initial_message_orchestration_type needs initial_message")
+    if initial is None:
+        return TerminalOut.of(await runtime.terminals.create(req))
+    req.wait_ready = False
+    term = await runtime.terminals.create(req)
+    runtime.terminals.spawn_background(runtime.orchestration.deliver_initial(
+        term.id, initial, body.initial_message_orchestration_type if body else None))
+    return TerminalOut.of(term)
+
+
+# --- sessions -----------------------------------------------------------------------
+@router.post("/sessions", status_code=status.HTTP_201_CREATED, response_model=TerminalOut)
+async def create_session(request: Request, agent_profile: str, provider: str | None = None,
+                         session_name: str | None = None, working_directory: str | None = None,
+                         allowed_tools: str | None = None, model: str | None = None, yolo: bool = False,
+                         body: Annotated[InitialMessage | None, Body()] = None) -> TerminalOut:
+    req = CreateRequest(agent_profile=agent_profile, provider=provider, session_name=session_name,
+                        new_session=True, working_directory=working_directory,
+                        allowed_tools=_tools(allowed_tools), model=model, yolo=yolo)
+    return await _create(request, req, body)
+
+
+@router.get("/sessions")
+async def list_sessions(request: Request) -> list[dict]:
+    return await rt(request).sessions.list()
+
+
+@router.get("/sessions/{session_name}")
+async def get_session(request: Request, session_name: str) -> dict:
+    session, terms = await rt(request).sessions.get(session_name)
+    return {"session": session, "terminals": [TerminalOut.of(t).model_dump() for t in terms]}
+
+
+@router.delete("/sessions/{session_name}")
+async def delete_session(request: Request, session_name: str) -> dict:
+    return await rt(request).sessions.delete(session_name)
+
+
+@router.post("/sessions/{session_name}/terminals", status_code=status.HTTP_201_CREATED,
+             response_model=TerminalOut)
+async def create_terminal(request: Request, session_name: str, agent_profile: str,
+                          provider: str | None = None, working_directory: str | None = None,
+                          allowed_tools: str | None = None, caller_id: str | None = None,
+                          defer_init: bool = False, model: str | None = None, yolo: bool = False,
+                          body: Annotated[InitialMessage | None, Body()] = None) -> TerminalOut:
+    if body and body.initial_message is not None and not defer_init:
+        raise InvalidInput("initial_message is only accepted with defer_init=true")
+    req = CreateRequest(agent_profile=agent_profile, provider=provider, session_name=session_name,
+                        new_session=False, working_directory=working_directory,
+                        allowed_tools=_tools(allowed_tools), caller_id=caller_id, model=model, yolo=yolo,
+                        wait_ready=not defer_init)
+    return await _create(request, req, body)
+
+
+@router.get("/sessions/{session_name}/terminals", response_model=list[TerminalOut])
+async def list_session_terminals(request: Request, session_name: str) -> list[TerminalOut]:
+    session, terms = await rt(request).sessions.get(session_name)
+    return [TerminalOut.of(t) for t in terms]
+
+
+# --- terminals ----------------------------------------------------------------------
+@router.get("/terminals", response_model=list[TerminalOut])
+async def list_terminals(request: Request) -> list[TerminalOut]:
+    return [TerminalOut.of(t) for t in await rt(request).terminals.list()]
+
+
+@router.get("/terminals/{terminal_id}", response_model=TerminalOut)
+async def get_terminal(request: Request, terminal_id: TerminalId) -> TerminalOut:
+    return TerminalOut.of(await rt(request).terminals.get(terminal_id))
+
+
+@router.post("/terminals/{terminal_id}/input")
+async def send_input(request: Request, terminal_id: TerminalId,
+                     message: Annotated[str | None, Query(max_length=MAX_TEXT)] = None,
+                     sender_id: str | None = None, orchestration_type: OrchestrationType | None = None,
+                     body: Annotated[InputBody | None, Body()] = None) -> dict:
+    text = _text(body.message if body else None, message)
+    turn = await rt(request).terminals.send_input(terminal_id, text)
+    return {"success": True, "turn": turn}
+
+
+@router.post("/terminals/{terminal_id}/key")
+async def send_key(request: Request, terminal_id: TerminalId, key: str | None = None,
+                   body: Annotated[KeyBody | None, Body()] = None) -> dict:
+    await rt(request).terminals.send_key(terminal_id, _text(body.key if body else None, key, "key"))
+    return {"success": True}
+
+
+@router.get("/terminals/{terminal_id}/output")
+async def get_output(request: Request, terminal_id: TerminalId,
+                     mode: Annotated[str, Query(pattern="^(full|last)$")] = "full") -> dict:
+    return {"output": await rt(request).terminals.output(terminal_id, mode), "mode": mode}
+
+
+@router.get("/terminals/{terminal_id}/working-directory")
+async def get_working_directory(request: Request, terminal_id: TerminalId) -> dict:
+    return {"working_directory": await rt(request).terminals.working_directory(terminal_id)}
+
+
+@router.post("/terminals/{terminal_id}/exit")
+async def exit_terminal(request: Request, terminal_id: TerminalId) -> dict:
+    await rt(request).terminals.exit(terminal_id)
+    return {"success": True}
+
+
+@router.delete("/terminals/{terminal_id}")
+async def delete_terminal(request: Request, terminal_id: TerminalId) -> dict:
+    await rt(request).terminals.delete(terminal_id)
+    return {"success": True}
+
+
+@router.post("/terminals/{terminal_id}/restore")
+async def restore_terminal(request: Request, terminal_id: TerminalId) -> dict:
+    return await rt(request).terminals.restore(terminal_id)
+
+
+# --- inbox --------------------------------------------------------------------------
+@router.post("/terminals/{receiver_id}/inbox/messages")
+async def post_inbox_message(request: Request, receiver_id: TerminalId,
+                             sender_id: Annotated[str | None, Query(max_length=128)] = None,
+                             message: Annotated[str | None, Query(max_length=MAX_TEXT)] = None,
+                             body: Annotated[InboxPost | None, Body()] = None) -> dict:
+    text = _text(body.message if body else None, message)
+    sender = body.sender_id if body else sender_id
+    if not sender:
+        raise InvalidInput("sender_id is required")
+    msg = await rt(request).inbox.post(receiver_id, sender, text)
+    return {"success": True, "message_id": msg.id, "sender_id": msg.sender_id,
+            "receiver_id": msg.receiver_id, "created_at": msg.created_at}
+
+
+@router.get("/terminals/{terminal_id}/inbox/messages", response_model=list[InboxMessageOut])
+async def list_inbox_messages(request: Request, terminal_id: TerminalId,
+                              limit: Annotated[int, Query(ge=1, le=1000)] = 10,
+                              status: str | None = None) -> list[InboxMessageOut]:
+    wanted = None
+    if status is not None:
+        try:
+            wanted = MessageStatus(status)
+        except ValueError:
+            raise InvalidInput(f"invalid status {status!r}: use pending, delivering, delivered or failed") from None
+    return [InboxMessageOut.of(m) for m in await rt(request).inbox.list(terminal_id, wanted, limit)]
+
+
+# --- one agent step (MCP handoff, workflow steps) --------------------------------------
+class RunStepBody(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    provider: str | None = None
+    agent: str = Field(..., min_length=1, max_length=64)
+    prompt: str = Field(..., min_length=1, max_length=MAX_TEXT)
+    session_name: str | None = None
+    teardown: bool = True
+    timeout: float = Field(600.0, gt=0, le=86400)
+    working_directory: str | None = None
+    caller_id: str | None = Field(None, pattern=r"^[a-f0-9]{8}$")
+    allowed_tools: list[str] | None = None
+    model: str | None = None
+
+
+@router.post("/terminals/run-step")
+async def run_step(request: Request, body: RunStepBody) -> dict:
+    result = await rt(request).orchestration.run_step(StepRequest(**body.model_dump()))
+    return {"terminal_id": result.terminal_id, "last_message": result.last_message,
+            "status": result.status, "replayed": False, "elapsed": round(result.elapsed, 3)}

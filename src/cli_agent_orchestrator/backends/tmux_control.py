@@ -1,0 +1,141 @@
+"""One tmux control-mode client (`tmux -C`) per tmux server: the output source.
+
+tmux writes `%output %<pane> <bytes>` for every pane of the attached session
+(all agent windows are linked into it), `%window-close` when a window goes, and
+`%subscription-changed` for the `pane_dead` subscription we register, so pane
+deaths are seen without a thread or a poll per terminal. The same protocol works
+unchanged over SSH, which is how remote hosts will be added.
+"""
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import re
+
+from ..bus import EventBus
+from ..events import TerminalExited, TerminalOutput
+
+log = logging.getLogger(__name__)
+
+_OCTAL = re.compile(rb"\\([0-7]{3})")
+STREAM_LIMIT = 64 * 1024 * 1024
+
+
+def decode_output(data: bytes) -> bytes:
+    """tmux escapes bytes < 0x20 and the backslash itself as \\ooo."""
+    return _OCTAL.sub(lambda m: bytes([int(m.group(1), 8)]), data)
+
+
+class ControlClient:
+    def __init__(self, tmux_argv: list[str], session: str, bus: EventBus):
+        self.tmux_argv = tmux_argv
+        self.session = session
+        self.bus = bus
+        self.proc: asyncio.subprocess.Process | None = None
+        self._reader: asyncio.Task | None = None
+        self._pane_to_terminal: dict[str, str] = {}
+        self._window_to_terminal: dict[str, str] = {}
+        self._terminal_to_pane: dict[str, str] = {}
+        self._reported_dead: set[str] = set()
+        self.alive = False
+
+    def watch(self, pane_id: str, terminal_id: str, window_id: str) -> None:
+        self._pane_to_terminal[pane_id] = terminal_id
+        self._window_to_terminal[window_id] = terminal_id
+        self._terminal_to_pane[terminal_id] = pane_id
+
+    def unwatch(self, terminal_id: str) -> None:
+        pane = self._terminal_to_pane.pop(terminal_id, None)
+        self._pane_to_terminal.pop(pane or "", None)
+        for window, term in list(self._window_to_terminal.items()):
+            if term == terminal_id:
+                del self._window_to_terminal[window]
+
+    async def start(self) -> None:
+        env = dict(os.environ)
+        env.pop("TMUX", None)
+        self.proc = await asyncio.create_subprocess_exec(
+            *self.tmux_argv, "-C", "attach-session", "-t", f"={self.session}",
+            stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE,
+            stderr=asyncio.subprocess.DEVNULL, env=env, limit=STREAM_LIMIT)
+        self.alive = True
+        assert self.proc.stdin is not None
+        # Pane deaths arrive as subscription changes (tmux checks them about once a second).
+        self.proc.stdin.write(b"refresh-client -B 'cao-dead:%*:#{pane_dead} #{pane_dead_status}'\n")
+        await self.proc.stdin.drain()
+        self._reader = asyncio.get_running_loop().create_task(self._read(), name="tmux-control")
+
+    async def stop(self) -> None:
+        self.alive = False
+        if self._reader is not None:
+            self._reader.cancel()
+            await asyncio.gather(self._reader, return_exceptions=True)
+        if self.proc is not None and self.proc.returncode is None:
+            try:
+                assert self.proc.stdin is not None
+                self.proc.stdin.close()  # detaches the control client; the tmux server lives on
+                await asyncio.wait_for(self.proc.wait(), 2)
+            except (asyncio.TimeoutError, BrokenPipeError, ConnectionResetError):
+                self.proc.kill()
+                await self.proc.wait()
+
+    async def _read(self) -> None:
+        assert self.proc is not None and self.proc.stdout is not None
+        stdout = self.proc.stdout
+        in_block = False
+        try:
+            while True:
+                line = await stdout.readline()
+                if not line:
+                    break
+                line = line.rstrip(b"\n")
+                if in_block:
+                    if line.startswith((b"%end ", b"%error ")):
+                        in_block = False
+                    continue
+                if line.startswith(b"%output "):
+                    self._on_output(line)
+                elif line.startswith(b"%begin "):
+                    in_block = True
+                elif line.startswith(b"%subscription-changed "):
+                    self._on_subscription(line)
+                elif line.startswith((b"%window-close ", b"%unlinked-window-close ")):
+                    self._on_window_close(line)
+                elif line.startswith(b"%exit"):
+                    break
+        except asyncio.CancelledError:
+            raise
+        except Exception:  # the reader must report, not die silently
+            log.exception("tmux control client reader failed")
+        finally:
+            if self.alive:
+                log.warning("tmux control client ended; terminals of this tmux server are unwatched")
+            self.alive = False
+
+    def _on_output(self, line: bytes) -> None:
+        _, pane, data = (line.split(b" ", 2) + [b""])[:3]
+        terminal_id = self._pane_to_terminal.get(pane.decode())
+        if terminal_id is not None and data:
+            self.bus.publish(TerminalOutput(terminal_id, decode_output(data)))
+
+    def _on_subscription(self, line: bytes) -> None:
+        # %subscription-changed NAME $S @W IDX %P : VALUE
+        parts = line.decode(errors="replace").split(" ")
+        if len(parts) < 8 or parts[1] != "cao-dead":
+            return
+        pane = parts[5]
+        value = " ".join(parts[7:]).split()
+        terminal_id = self._pane_to_terminal.get(pane)
+        if terminal_id is None or not value or value[0] != "1" or terminal_id in self._reported_dead:
+            return
+        self._reported_dead.add(terminal_id)
+        code = int(value[1]) if len(value) > 1 and value[1].lstrip("-").isdigit() else None
+        self.bus.publish(TerminalExited(terminal_id, exit_code=code))
+
+    def _on_window_close(self, line: bytes) -> None:
+        window = line.split(b" ")[1].decode()
+        terminal_id = self._window_to_terminal.get(window)
+        if terminal_id is not None and terminal_id not in self._reported_dead:
+            self._reported_dead.add(terminal_id)
+            self.bus.publish(TerminalExited(terminal_id, window_gone=True))

@@ -1,0 +1,166 @@
+"""The event bus: the spine between readers and consumers (seed 003).
+
+* wildcard topics (`terminal.*.status`, `*` matches one dot-separated segment,
+  a trailing `#` matches the rest),
+* thread-safe `publish` (from any thread; delivery happens on the loop),
+* one bounded queue per subscriber (`CAO_EVENT_BUS_MAX_QUEUE_SIZE`): when full,
+  droppable events (terminal output) are dropped and counted; lossless events
+  (status and lifecycle facts) are always queued, so a status edge is never lost,
+* a consumer that raises does not stop the others: the failure is recorded and
+  visible through `failures` (served by the API).
+"""
+from __future__ import annotations
+
+import asyncio
+import collections
+import logging
+import threading
+from dataclasses import dataclass, field
+from typing import Awaitable, Callable
+
+from .events import ConsumerFailed, Event
+
+log = logging.getLogger(__name__)
+
+Handler = Callable[[Event], Awaitable[None] | None]
+
+
+def topic_matches(pattern: str, topic: str) -> bool:
+    pat = pattern.split(".")
+    top = topic.split(".")
+    for i, part in enumerate(pat):
+        if part == "#":
+            return True
+        if i >= len(top):
+            return False
+        if part != "*" and part != top[i]:
+            return False
+    return len(pat) == len(top)
+
+
+@dataclass
+class Subscription:
+    name: str
+    pattern: str
+    handler: Handler | None  # None: the subscriber reads `queue` itself (see `stream`)
+    max_size: int
+    queue: collections.deque = field(default_factory=collections.deque)
+    wakeup: asyncio.Event = field(default_factory=asyncio.Event)
+    dropped: int = 0
+    closed: bool = False
+    # Told about each dropped event, so a consumer can repair its state (the status
+    # monitor re-reads that terminal's screen from tmux).
+    on_drop: Callable[[Event], None] | None = None
+
+    def offer(self, event: Event) -> None:
+        if len(self.queue) >= self.max_size and not event.lossless:
+            self.dropped += 1
+            if self.on_drop is not None:
+                self.on_drop(event)
+            if self.dropped == 1 or self.dropped % 1000 == 0:
+                log.warning("event bus: subscriber %s full, dropped %d output events so far",
+                            self.name, self.dropped)
+            return
+        self.queue.append(event)
+        self.wakeup.set()
+
+
+class EventBus:
+    def __init__(self, max_queue_size: int = 1024):
+        self.max_queue_size = max_queue_size
+        self._subs: list[Subscription] = []
+        self._tasks: list[asyncio.Task] = []
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._loop_thread: int | None = None
+        self.failures: collections.deque[ConsumerFailed] = collections.deque(maxlen=200)
+
+    def bind(self, loop: asyncio.AbstractEventLoop) -> None:
+        self._loop = loop
+        self._loop_thread = threading.get_ident()
+
+    def subscribe(self, name: str, pattern: str, handler: Handler,
+                  on_drop: Callable[[Event], None] | None = None) -> Subscription:
+        """Register a consumer; it runs as one task, handling events in order."""
+        sub = Subscription(name, pattern, handler, self.max_queue_size, on_drop=on_drop)
+        self._subs.append(sub)
+        if self._loop is not None:
+            self._tasks.append(self._loop.create_task(self._drain(sub), name=f"bus:{name}"))
+        return sub
+
+    def open_stream(self, name: str, pattern: str, max_size: int | None = None) -> Subscription:
+        """A subscription read by its owner with `next_event` (waiters, websockets)."""
+        sub = Subscription(name, pattern, None, max_size or self.max_queue_size)
+        self._subs.append(sub)
+        return sub
+
+    def close_stream(self, sub: Subscription) -> None:
+        sub.closed = True
+        sub.wakeup.set()
+        if sub in self._subs:
+            self._subs.remove(sub)
+
+    async def next_event(self, sub: Subscription, timeout: float | None = None) -> Event | None:
+        """The next event of a stream, or None on timeout/close."""
+        loop = asyncio.get_running_loop()
+        deadline = None if timeout is None else loop.time() + timeout
+        while not sub.queue:
+            if sub.closed:
+                return None
+            sub.wakeup.clear()
+            remaining = None if deadline is None else deadline - loop.time()
+            if remaining is not None and remaining <= 0:
+                return None
+            try:
+                await asyncio.wait_for(sub.wakeup.wait(), remaining)
+            except asyncio.TimeoutError:
+                return None
+        return sub.queue.popleft()
+
+    def start(self) -> None:
+        loop = asyncio.get_running_loop()
+        self.bind(loop)
+        for sub in self._subs:
+            if sub.handler is not None:
+                self._tasks.append(loop.create_task(self._drain(sub), name=f"bus:{sub.name}"))
+
+    async def stop(self) -> None:
+        for task in self._tasks:
+            task.cancel()
+        await asyncio.gather(*self._tasks, return_exceptions=True)
+        self._tasks.clear()
+
+    def publish(self, event: Event) -> None:
+        """Publish from any thread. On the loop thread delivery to queues is immediate."""
+        if self._loop is not None and threading.get_ident() != self._loop_thread:
+            self._loop.call_soon_threadsafe(self._dispatch, event)
+        else:
+            self._dispatch(event)
+
+    def _dispatch(self, event: Event) -> None:
+        topic = event.topic
+        for sub in list(self._subs):
+            if topic_matches(sub.pattern, topic):
+                sub.offer(event)
+
+    def stats(self) -> list[dict]:
+        return [{"name": s.name, "pattern": s.pattern, "queued": len(s.queue), "dropped": s.dropped}
+                for s in self._subs]
+
+    async def _drain(self, sub: Subscription) -> None:
+        while True:
+            while not sub.queue:
+                sub.wakeup.clear()
+                await sub.wakeup.wait()
+            event = sub.queue.popleft()
+            try:
+                result = sub.handler(event)  # type: ignore[misc]
+                if asyncio.iscoroutine(result):
+                    await result
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:  # a consumer failure must not stop the others
+                log.exception("event bus: consumer %s failed on %s", sub.name, event.topic)
+                failure = ConsumerFailed(sub.name, event.topic, f"{type(exc).__name__}: {exc}")
+                self.failures.append(failure)
+                if not isinstance(event, ConsumerFailed):
+                    self._dispatch(failure)

@@ -1,0 +1,38 @@
+"""`cao-server`: run the HTTP API and the agent runtime."""
+from __future__ import annotations
+
+import logging
+import os
+
+import click
+import uvicorn
+
+from ..settings import Settings
+
+
+@click.command(context_settings={"help_option_names": ["-h", "--help"]})
+@click.option("--host", default=None, help="Bind address (default CAO_API_HOST or 127.0.0.1).")
+@click.option("--port", type=int, default=None, help="Port (default CAO_API_PORT or 9889).")
+@click.option("--log-level", default=lambda: os.environ.get("CAO_LOG_LEVEL", "info"), show_default="info")
+def main(host: str | None, port: int | None, log_level: str) -> None:
+    """Start cao-server on 127.0.0.1:9889 (loopback only unless --host says otherwise)."""
+    if host:
+        os.environ["CAO_API_HOST"] = host
+    if port:
+        os.environ["CAO_API_PORT"] = str(port)
+    settings = Settings.from_env()
+    settings.ensure_dirs()
+    logging.basicConfig(
+        level=log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+        handlers=[logging.StreamHandler(), logging.FileHandler(settings.logs_dir / "server.log")])
+    from ..api.app import create_app
+    from ..backends.tmux import tmux_missing_message
+    import shutil
+    if shutil.which("tmux") is None:
+        raise click.ClickException(tmux_missing_message())
+    uvicorn.run(create_app(settings), host=settings.api_host, port=settings.api_port,
+                log_level=log_level.lower(), access_log=False)
+
+
+if __name__ == "__main__":
+    main()

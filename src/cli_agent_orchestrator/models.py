@@ -1,0 +1,75 @@
+"""Domain values shared by every layer: statuses, terminals, inbox messages.
+
+Plain dataclasses and enums; the HTTP edge has its own pydantic models.
+"""
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from enum import StrEnum
+
+TERMINAL_ID_RE = re.compile(r"^[a-f0-9]{8}$")
+# tmux-safe names for sessions, windows and profiles: no ':' '.' or spaces that
+# tmux would parse as target syntax, nothing a shell would expand.
+SAFE_NAME_RE = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_-]{0,63}$")
+MODEL_RE = re.compile(r"^[A-Za-z0-9._:/-]{1,128}$")
+SESSION_PREFIX = "cao-"
+
+
+class TerminalStatus(StrEnum):
+    UNKNOWN = "unknown"
+    IDLE = "idle"
+    PROCESSING = "processing"
+    COMPLETED = "completed"
+    WAITING_USER_ANSWER = "waiting_user_answer"
+    ERROR = "error"
+
+    @property
+    def is_ready(self) -> bool:
+        """Ready to take new input (inbox delivery, a new turn)."""
+        return self in (TerminalStatus.IDLE, TerminalStatus.COMPLETED)
+
+
+class MessageStatus(StrEnum):
+    PENDING = "pending"
+    DELIVERING = "delivering"  # claimed by one deliverer; never visible twice
+    DELIVERED = "delivered"
+    FAILED = "failed"
+
+
+class OrchestrationType(StrEnum):
+    SEND_MESSAGE = "send_message"
+    HANDOFF = "handoff"
+    ASSIGN = "assign"
+
+
+@dataclass
+class Terminal:
+    id: str
+    session_name: str
+    window_name: str
+    provider: str
+    agent_profile: str
+    working_directory: str
+    caller_id: str | None = None
+    model: str | None = None
+    allowed_tools: list[str] | None = None
+    status: TerminalStatus = TerminalStatus.UNKNOWN
+    status_source: str | None = None
+    status_reason: str | None = None
+    gone: bool = False
+    created_at: str = ""
+    last_active: str = ""
+    extra: dict = field(default_factory=dict)
+
+
+@dataclass
+class InboxMessage:
+    id: int
+    sender_id: str
+    receiver_id: str
+    message: str
+    status: MessageStatus
+    created_at: str
+    delivered_at: str | None = None
+    error: str | None = None

@@ -1,0 +1,109 @@
+"""Agent profiles: Markdown files with YAML frontmatter; the body is the system prompt.
+
+Lookup order for a name: the user's agent store (`<cao home>/agent-store/NAME.md`),
+then the built-ins shipped in `agent_store/`. Dropping a file in the user's store
+is enough to add or override a profile.
+"""
+from __future__ import annotations
+
+import os
+import re
+from dataclasses import dataclass, field
+from importlib import resources
+from pathlib import Path
+
+import yaml
+
+from .errors import InvalidInput, NotFound
+from .models import SAFE_NAME_RE
+
+_FRONTMATTER = re.compile(r"\A---\s*\n(.*?)\n---\s*(?:\n|\Z)(.*)\Z", re.S)
+_VAR = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)\}")
+
+
+@dataclass(frozen=True)
+class AgentProfile:
+    name: str
+    description: str = ""
+    provider: str | None = None
+    model: str | None = None
+    mcp_servers: dict = field(default_factory=dict)
+    allowed_tools: list[str] | None = None
+    system_prompt: str = ""
+    frontmatter: dict = field(default_factory=dict)  # everything, for provider-specific keys
+    source: str = "built-in"
+
+
+def builtin_dir() -> Path:
+    return Path(str(resources.files("cli_agent_orchestrator") / "agent_store"))
+
+
+def _read_env_file(home: Path) -> dict[str, str]:
+    values: dict[str, str] = {}
+    path = home / ".env"
+    if path.is_file():
+        for line in path.read_text(encoding="utf-8", errors="replace").splitlines():
+            if "=" in line and not line.lstrip().startswith("#"):
+                key, value = line.split("=", 1)
+                values[key.strip()] = value.strip().strip('"').strip("'")
+    return values
+
+
+def parse_profile(text: str, fallback_name: str, source: str, env: dict[str, str] | None = None) -> AgentProfile:
+    if env:
+        text = _VAR.sub(lambda m: env.get(m.group(1), m.group(0)), text)
+    match = _FRONTMATTER.match(text)
+    meta: dict = {}
+    body = text
+    if match:
+        try:
+            meta = yaml.safe_load(match.group(1)) or {}
+        except yaml.YAMLError as exc:
+            raise InvalidInput(f"profile {fallback_name!r}: invalid YAML frontmatter: {exc}") from None
+        if not isinstance(meta, dict):
+            raise InvalidInput(f"profile {fallback_name!r}: frontmatter must be a mapping")
+        body = match.group(2)
+    tools = meta.get("allowedTools")
+    if tools is not None and not (isinstance(tools, list) and all(isinstance(t, str) for t in tools)):
+        raise InvalidInput(f"profile {fallback_name!r}: allowedTools must be a list of strings")
+    servers = meta.get("mcpServers") or {}
+    if not isinstance(servers, dict):
+        raise InvalidInput(f"profile {fallback_name!r}: mcpServers must be a mapping")
+    return AgentProfile(
+        name=str(meta.get("name") or fallback_name),
+        description=str(meta.get("description") or ""),
+        provider=meta.get("provider"),
+        model=meta.get("model"),
+        mcp_servers=servers,
+        allowed_tools=tools,
+        system_prompt=body.strip(),
+        frontmatter=meta,
+        source=source,
+    )
+
+
+def profile_paths(home: Path, name: str) -> list[tuple[Path, str]]:
+    return [(home / "agent-store" / f"{name}.md", "local"), (builtin_dir() / f"{name}.md", "built-in")]
+
+
+def load_profile(home: Path, name: str) -> AgentProfile:
+    if not SAFE_NAME_RE.match(name or ""):
+        raise InvalidInput(f"invalid agent profile name {name!r}: use 1-64 of [A-Za-z0-9_-]")
+    for path, source in profile_paths(home, name):
+        if path.is_file():
+            text = path.read_text(encoding="utf-8", errors="replace")
+            return parse_profile(text, name, source, {**os.environ, **_read_env_file(home)})
+    raise NotFound(f"agent profile {name!r} not found (looked in {home / 'agent-store'} and the built-ins)")
+
+
+def list_profiles(home: Path) -> list[AgentProfile]:
+    names: dict[str, AgentProfile] = {}
+    for directory, source in ((builtin_dir(), "built-in"), (home / "agent-store", "local")):
+        if directory.is_dir():
+            for path in sorted(directory.glob("*.md")):
+                try:
+                    names[path.stem] = parse_profile(path.read_text(encoding="utf-8", errors="replace"),
+                                                     path.stem, source)
+                except InvalidInput:
+                    continue
+    return [names[k] for k in sorted(names)]

@@ -1,0 +1,78 @@
+"""The provider interface: what cao needs to know about one coding CLI.
+
+A provider is data plus a few pure functions. It never touches tmux, HTTP or
+the database; everything generic (waiting, pasting, retries) lives in the
+service layer and works the same for every CLI.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable, Sequence
+
+from ..models import TerminalStatus
+
+
+@dataclass(frozen=True)
+class Screen:
+    """The rendered visible screen of a pane (a terminal emulator's view)."""
+
+    lines: list[str]  # one entry per row, trailing blanks stripped
+    cursor_row: int = 0
+    cursor_col: int = 0
+
+    @property
+    def text(self) -> str:
+        return "\n".join(self.lines).rstrip("\n")
+
+    def last_nonblank(self, n: int = 1) -> list[str]:
+        rows = [line for line in self.lines if line.strip()]
+        return rows[-n:]
+
+
+@dataclass(frozen=True)
+class StatusReading:
+    status: TerminalStatus
+    reason: str = ""  # human-readable cause, mostly for ERROR
+    composer_has_text: bool = False  # typed input sits unsubmitted at the prompt
+
+
+@dataclass(frozen=True)
+class LaunchContext:
+    terminal_id: str
+    profile_name: str
+    system_prompt: str
+    working_directory: str
+    home_dir: Path  # the cao home; providers may write per-terminal files under home/tmp
+    model: str | None = None
+    allowed_tools: list[str] | None = None
+    yolo: bool = False
+    mcp_server_argv: list[str] = field(default_factory=list)  # how to start cao-mcp-server
+    profile_extra: dict = field(default_factory=dict)  # provider-specific frontmatter
+
+
+@dataclass(frozen=True)
+class Launch:
+    argv: list[str]
+    env: dict[str, str] = field(default_factory=dict)  # added on top of the server's env
+
+
+def no_startup_dialog(screen: Screen) -> Sequence[str] | None:
+    return None
+
+
+@dataclass(frozen=True)
+class Provider:
+    name: str
+    binary: str
+    build_launch: Callable[[LaunchContext], Launch]
+    read_status: Callable[[Screen], StatusReading]
+    # Given the pane's whole history (wrapped lines joined), return the text of
+    # the last reply, or None when there is none.
+    extract_reply: Callable[[list[str]], str | None]
+    # Keys to press for a start-up dialog (trust, consent) seen on the screen.
+    answer_startup_dialog: Callable[[Screen], Sequence[str] | None] = no_startup_dialog
+    exit_command: str = "/exit"
+    startup_timeout: float = 60.0
+    # Providers that accept typed input while busy (seed: eager inbox delivery).
+    accepts_input_while_busy: bool = False

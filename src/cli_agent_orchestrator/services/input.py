@@ -1,0 +1,118 @@
+"""Typing into an agent: neutralising control characters, pasting, and a
+verified submit.
+
+Every piece of text (API input, inbox delivery, handoff task) goes in through
+`InputService.submit`, under a per-terminal lock, so two deliveries can never
+interleave inside one composer.
+
+Control characters: a message must never inject keystrokes. Before pasting,
+CR LF and lone CR become LF; tab and LF pass through; every other C0 control
+(U+0000–U+001F) becomes its Unicode "control picture" (U+2400 + code, e.g. ESC
+→ ␛), DEL becomes ␡ (U+2421) and the C1 controls (U+0080–U+009F) become U+FFFD.
+So a fake end-of-paste marker `ESC[201~` arrives as the inert text `␛[201~`
+inside the same message.
+"""
+from __future__ import annotations
+
+import asyncio
+import logging
+import re
+
+from ..backends.base import TerminalBackend
+from ..bus import EventBus
+from ..events import InputSubmitted, StatusChanged
+from ..models import TerminalStatus
+from .status import StatusMonitor
+
+log = logging.getLogger(__name__)
+
+SUBMIT_CONFIRM_S = 1.5  # how long one Enter may take to show any effect
+SUBMIT_RETRIES = 3
+
+_C0_OR_C1 = re.compile("[\x00-\x08\x0b-\x1f\x7f\x80-\x9f]")
+
+
+def _picture(match: re.Match) -> str:
+    code = ord(match.group(0))
+    if code < 0x20:
+        return chr(0x2400 + code)
+    if code == 0x7F:
+        return "\u2421"
+    return "\ufffd"
+
+
+def neutralise(text: str) -> str:
+    text = text.replace("\r\n", "\n").replace("\r", "\n")
+    return _C0_OR_C1.sub(_picture, text)
+
+
+# Keys accepted by POST /terminals/{id}/key: named keys, one character, or a modifier chord.
+NAMED_KEYS = {"Enter", "Escape", "Tab", "BTab", "Space", "BSpace", "Up", "Down", "Left", "Right",
+              "Home", "End", "PageUp", "PageDown", "PPage", "NPage", "DC", "IC"}
+_KEY_RE = re.compile(r"^(?:[A-Za-z0-9]|[CMS]-[A-Za-z0-9]|F(?:[1-9]|1[0-2]))$")
+
+
+def valid_key(key: str) -> bool:
+    return key in NAMED_KEYS or bool(_KEY_RE.match(key))
+
+
+class InputService:
+    def __init__(self, backend: TerminalBackend, bus: EventBus, monitor: StatusMonitor):
+        self.backend = backend
+        self.bus = bus
+        self.monitor = monitor
+        self._locks: dict[str, asyncio.Lock] = {}
+        self._turns: dict[str, int] = {}
+
+    def lock(self, terminal_id: str) -> asyncio.Lock:
+        return self._locks.setdefault(terminal_id, asyncio.Lock())
+
+    def forget(self, terminal_id: str) -> None:
+        self._locks.pop(terminal_id, None)
+        self._turns.pop(terminal_id, None)
+
+    async def submit(self, terminal_id: str, window_id: str, text: str) -> int:
+        """Paste `text` and press Enter until the agent shows it started; returns the turn number.
+
+        The caller holds `lock(terminal_id)`.
+        """
+        turn = self._turns.get(terminal_id, 0) + 1
+        self._turns[terminal_id] = turn
+        stream = self.bus.open_stream(f"submit:{terminal_id}", f"terminal.{terminal_id}.status", 1 << 20)
+        try:
+            self.bus.publish(InputSubmitted(terminal_id, turn))
+            await self.backend.paste(window_id, neutralise(text))
+            for attempt in range(SUBMIT_RETRIES + 1):
+                await self.backend.send_keys(window_id, ["Enter"])
+                if await self._confirmed(stream, turn):
+                    return turn
+                if not self.monitor.composer_has_text(terminal_id):
+                    # Nothing left in the composer: the agent took the text but is slow
+                    # to show it. Another Enter could submit a stray empty line.
+                    return turn
+                log.info("terminal %s: Enter not taken (attempt %d), pressing it again",
+                         terminal_id, attempt + 1)
+            return turn
+        finally:
+            self.bus.close_stream(stream)
+
+    async def _confirmed(self, stream, turn: int) -> bool:
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + SUBMIT_CONFIRM_S
+        while True:
+            event = await self.bus.next_event(stream, deadline - loop.time())
+            if event is None:
+                return False
+            if isinstance(event, StatusChanged) and event.turn >= turn:
+                return True
+
+    async def send_keys(self, window_id: str, keys: list[str]) -> None:
+        await self.backend.send_keys(window_id, keys)
+
+
+def is_ready_for_input(status: TerminalStatus | None, eager: bool) -> bool:
+    if status is None:
+        return False
+    if status.is_ready:
+        return True
+    return eager and status in (TerminalStatus.PROCESSING, TerminalStatus.WAITING_USER_ANSWER)

@@ -1,0 +1,46 @@
+"""Building the shell line that starts an agent's CLI in a fresh pane.
+
+The environment the agent gets is cao-server's own (so a user's
+ANTHROPIC_BASE_URL, proxies and the like reach the CLI) plus the provider's
+additions and CAO_TERMINAL_ID. It travels through a 0600 file that the pane
+sources and deletes, so no secret appears in a process list or tmux's argv.
+"""
+from __future__ import annotations
+
+import os
+import shlex
+import shutil
+import sys
+from pathlib import Path
+
+from ..providers.base import Launch
+
+_ENV_NAME_OK = set("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789_")
+# Describe the server's own terminal, not the pane's.
+_NOT_INHERITED = {"TMUX", "TMUX_PANE", "COLUMNS", "LINES", "TERM_PROGRAM", "TERM_PROGRAM_VERSION"}
+
+
+def mcp_server_argv() -> list[str]:
+    """How an agent starts cao-mcp-server: the console script beside this Python."""
+    script = Path(sys.executable).parent / "cao-mcp-server"
+    if script.exists():
+        return [str(script)]
+    found = shutil.which("cao-mcp-server")
+    if found:
+        return [found]
+    return [sys.executable, "-m", "cli_agent_orchestrator.mcp_server.server"]
+
+
+def write_env_file(path: Path, extra: dict[str, str]) -> None:
+    env = {k: v for k, v in os.environ.items() if k not in _NOT_INHERITED}
+    env.update(extra)
+    lines = [f"export {k}={shlex.quote(v)}" for k, v in env.items()
+             if k and set(k) <= _ENV_NAME_OK and not k[0].isdigit() and "\x00" not in v]
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "w") as fh:
+        fh.write("\n".join(lines) + "\n")
+
+
+def pane_command(env_file: Path, launch: Launch) -> str:
+    quoted = shlex.quote(str(env_file))
+    return f". {quoted}; rm -f {quoted}; exec {shlex.join(launch.argv)}"

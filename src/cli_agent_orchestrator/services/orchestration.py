@@ -1,0 +1,125 @@
+"""Orchestration: one agent step (create → wait ready → task → wait done → reply →
+tear down), the substrate of MCP `handoff` and of workflow steps; and the
+deferred first task of an `assign`ed worker.
+
+Every wait here is driven by status events with a deadline. A failed or timed
+out step tears its worker down unless the caller asked to keep it.
+"""
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from dataclasses import dataclass
+
+from ..bus import EventBus
+from ..errors import CaoError, InvalidInput, WaitTimeout, WorkerError
+from ..models import TerminalStatus
+from .inbox import SYSTEM_SENDER, InboxService
+from .status import StatusMonitor
+from .terminals import CreateRequest, TerminalService
+from .waiting import TerminalVanished, turn_finished, wait_for
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class StepRequest:
+    provider: str | None
+    agent: str
+    prompt: str
+    session_name: str | None = None
+    teardown: bool = True
+    timeout: float = 600.0
+    working_directory: str | None = None
+    caller_id: str | None = None
+    allowed_tools: list[str] | None = None
+    model: str | None = None
+
+
+@dataclass
+class StepResult:
+    terminal_id: str
+    last_message: str
+    status: str
+    elapsed: float
+
+
+class OrchestrationService:
+    def __init__(self, bus: EventBus, monitor: StatusMonitor, terminals: TerminalService, inbox: InboxService):
+        self.bus = bus
+        self.monitor = monitor
+        self.terminals = terminals
+        self.inbox = inbox
+
+    async def run_step(self, req: StepRequest) -> StepResult:
+        if not req.prompt:
+            raise InvalidInput("prompt must not be empty")
+        if not (0 < req.timeout <= 86400):
+            raise InvalidInput("timeout must be > 0 and at most 86400 seconds")
+        started = time.monotonic()
+        session = req.session_name
+        new_session = session is None
+        if session is None and req.caller_id is not None:
+            caller = await self.terminals.get(req.caller_id)
+            session, new_session = caller.session_name, False
+        term = await self.terminals.create(CreateRequest(
+            agent_profile=req.agent, provider=req.provider, session_name=session, new_session=new_session,
+            working_directory=req.working_directory, caller_id=req.caller_id, model=req.model,
+            allowed_tools=req.allowed_tools, wait_ready=True))
+        keep = not req.teardown
+        try:
+            remaining = max(0.1, req.timeout - (time.monotonic() - started))
+            reply = await self.run_turn(term.id, req.prompt, remaining)
+        except CaoError:
+            if not keep:
+                await self._teardown(term.id)
+            raise
+        if not keep:
+            await self._teardown(term.id)
+        return StepResult(term.id, reply, "completed", time.monotonic() - started)
+
+    async def run_turn(self, terminal_id: str, prompt: str, timeout: float) -> str:
+        """Send one task to a ready agent and return its reply."""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + timeout
+        turn = await self.terminals.send_input(terminal_id, prompt)
+        try:
+            status = await wait_for(self.bus, self.monitor, terminal_id, turn_finished(turn),
+                                    max(0.0, deadline - loop.time()))
+        except TerminalVanished:
+            raise WorkerError(f"worker {terminal_id} was deleted before it finished", terminal_id) from None
+        if status is None:
+            raise WaitTimeout(f"worker {terminal_id} did not finish within {timeout:.0f}s", terminal_id)
+        if status == TerminalStatus.ERROR:
+            snap = self.monitor.snapshot(terminal_id)
+            raise WorkerError(f"worker {terminal_id} reached error: {snap[3] if snap else 'unknown'}", terminal_id)
+        if status == TerminalStatus.WAITING_USER_ANSWER:
+            raise WorkerError(f"worker {terminal_id} is waiting for a user answer; nobody is there to give it",
+                              terminal_id)
+        return await self.terminals.output(terminal_id, "last")
+
+    async def _teardown(self, terminal_id: str) -> None:
+        try:
+            await self.terminals.delete(terminal_id)
+        except CaoError as exc:
+            log.warning("teardown of %s: %s", terminal_id, exc)
+
+    async def deliver_initial(self, terminal_id: str, message: str, kind: object | None) -> None:
+        """Background part of a deferred create (assign): wait ready, then type the task.
+
+        If the worker cannot start, it is removed and its caller is told by message.
+        """
+        term = await self.terminals.store.run(self.terminals.store.get_terminal, terminal_id)
+        caller = term.caller_id if term else None
+        try:
+            await self.terminals.wait_until_ready(terminal_id)
+            await self.terminals.send_input(terminal_id, message)
+        except CaoError as exc:
+            log.warning("deferred start of %s failed: %s", terminal_id, exc)
+            if caller:
+                note = (f"[cao] The worker {terminal_id} you assigned could not start and was removed: {exc}")
+                try:
+                    await self.inbox.post(caller, SYSTEM_SENDER, note)
+                except CaoError:
+                    log.warning("could not tell caller %s about %s", caller, terminal_id)

@@ -1,0 +1,46 @@
+"""Sessions: a tmux session named `cao-…` holding one or more agent terminals."""
+from __future__ import annotations
+
+from ..backends.base import TerminalBackend
+from ..errors import NotFound
+from ..models import SESSION_PREFIX, Terminal
+from .terminals import TerminalService, normalise_session_name
+
+
+class SessionService:
+    def __init__(self, backend: TerminalBackend, terminals: TerminalService):
+        self.backend = backend
+        self.terminals = terminals
+
+    async def list(self) -> list[dict]:
+        sessions = []
+        for name, attached in await self.backend.list_sessions():
+            if not name.startswith(SESSION_PREFIX):
+                continue
+            terms = await self.terminals.list(name)
+            sessions.append({"id": name, "name": name, "status": "active" if attached else "detached",
+                             "terminal_count": len(terms),
+                             "agent_profile": terms[0].agent_profile if terms else None,
+                             "working_directory": terms[0].working_directory if terms else None})
+        return sessions
+
+    async def get(self, name: str) -> tuple[dict, list[Terminal]]:
+        name = normalise_session_name(name)
+        if not await self.backend.session_exists(name):
+            raise NotFound(f"session {name!r} not found")
+        attached = dict(await self.backend.list_sessions()).get(name, False)
+        session = {"id": name, "name": name, "status": "active" if attached else "detached"}
+        return session, await self.terminals.list(name)
+
+    async def delete(self, name: str) -> dict:
+        name = normalise_session_name(name)
+        if not await self.backend.session_exists(name):
+            raise NotFound(f"session {name!r} not found")
+        errors = []
+        for term in await self.terminals.list(name):
+            try:
+                await self.terminals.delete(term.id)
+            except Exception as exc:  # keep going: one stuck terminal must not keep the others
+                errors.append(f"{term.id}: {exc}")
+        await self.backend.kill_session(name)
+        return {"success": not errors, "deleted": [name], "errors": errors}

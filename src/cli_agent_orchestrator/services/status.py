@@ -1,0 +1,222 @@
+"""Status monitor: terminal output in, `terminal.{id}.status` out (seed 003).
+
+Each terminal's output is fed to a terminal emulator (pyte), so providers read
+the screen a human would see rather than raw escape bytes. The provider's
+`read_status` runs at most once per event-loop turn per terminal (bursts of
+output are coalesced), and a status is published only when it changes.
+
+Turns: when cao submits input (`InputSubmitted`), the screen still shows the
+previous turn. The monitor only accepts a ready reading for the new turn after
+it has seen the typed text in the composer or a busy/waiting/error state, so a
+stale "completed" is never mistaken for the new answer; the first accepted
+reading is published even when its value equals the old one.
+"""
+from __future__ import annotations
+
+import asyncio
+import logging
+from dataclasses import dataclass, field
+from typing import Awaitable, Callable
+
+import pyte
+
+from ..bus import EventBus
+from ..events import Event, InputSubmitted, StatusChanged, TerminalExited, TerminalOutput, TerminalRemoved
+from ..models import TerminalStatus
+from ..providers.base import Provider, Screen
+from ..store import Store
+
+log = logging.getLogger(__name__)
+
+# Turn phases after InputSubmitted.
+_SETTLED, _SENT, _COMPOSER_SEEN = "settled", "sent", "composer_seen"
+
+
+@dataclass
+class _Watched:
+    provider: Provider
+    screen: pyte.Screen
+    stream: pyte.ByteStream
+    status: TerminalStatus = TerminalStatus.UNKNOWN
+    reason: str = ""
+    turn: int = 0
+    phase: str = _SETTLED
+    dirty: bool = False
+    exited: bool = False
+    composer_has_text: bool = False
+    waiters: list = field(default_factory=list)
+
+
+class StatusMonitor:
+    def __init__(self, bus: EventBus, store: Store):
+        self.bus = bus
+        self.store = store
+        self._terms: dict[str, _Watched] = {}
+        self.needs_reseed: set[str] = set()  # filled on drops
+        # Set by the composition root: reads a pane's visible screen (with escapes) and cursor.
+        self.capture_screen: Callable[[str], Awaitable[tuple[str, tuple[int, int] | None]]] | None = None
+
+    # --- registration -----------------------------------------------------------
+    def watch(self, terminal_id: str, provider: Provider, width: int = 220, height: int = 50,
+              initial: TerminalStatus = TerminalStatus.UNKNOWN) -> None:
+        screen = pyte.Screen(width, height)
+        self._terms[terminal_id] = _Watched(provider, screen, pyte.ByteStream(screen), status=initial)
+
+    def forget(self, terminal_id: str) -> None:
+        self._terms.pop(terminal_id, None)
+
+    def seed_screen(self, terminal_id: str, captured: str, cursor: tuple[int, int] | None) -> None:
+        """Re-create a screen from a capture (after a restart) and read it afresh."""
+        term = self._terms.get(terminal_id)
+        if term is None:
+            return
+        _load_screen(term, captured, cursor)
+        self._schedule(terminal_id, term)
+
+    # --- queries ----------------------------------------------------------------
+    def status(self, terminal_id: str) -> TerminalStatus | None:
+        term = self._terms.get(terminal_id)
+        return term.status if term else None
+
+    def snapshot(self, terminal_id: str) -> tuple[TerminalStatus, int, bool, str] | None:
+        """(status, turn, turn settled?, reason)"""
+        term = self._terms.get(terminal_id)
+        if term is None:
+            return None
+        return term.status, term.turn, term.phase == _SETTLED, term.reason
+
+    def screen(self, terminal_id: str) -> Screen | None:
+        term = self._terms.get(terminal_id)
+        return _render(term.screen) if term else None
+
+    def exited(self, terminal_id: str) -> bool:
+        term = self._terms.get(terminal_id)
+        return term is None or term.exited
+
+    def composer_has_text(self, terminal_id: str) -> bool:
+        term = self._terms.get(terminal_id)
+        return bool(term and term.composer_has_text)
+
+    # --- consumers (registered in bootstrap) ------------------------------------
+    async def handle(self, event: Event) -> None:
+        """One subscription for all terminal facts, so input and output stay in order."""
+        if isinstance(event, TerminalOutput):
+            self.on_output(event)
+        elif isinstance(event, InputSubmitted):
+            await self.on_input(event)
+        elif isinstance(event, TerminalExited):
+            await self.on_exited(event)
+        elif isinstance(event, TerminalRemoved):
+            self.on_removed(event)
+
+    def on_dropped(self, event: Event) -> None:
+        """Output was dropped under back-pressure: this screen is no longer exact."""
+        if isinstance(event, TerminalOutput) and event.terminal_id in self._terms:
+            self.needs_reseed.add(event.terminal_id)
+
+    def on_output(self, event: Event) -> None:
+        assert isinstance(event, TerminalOutput)
+        term = self._terms.get(event.terminal_id)
+        if term is None:
+            return
+        term.stream.feed(event.data)
+        self._schedule(event.terminal_id, term)
+
+    async def on_input(self, event: Event) -> None:
+        assert isinstance(event, InputSubmitted)
+        term = self._terms.get(event.terminal_id)
+        if term is not None:
+            term.turn = event.turn
+            term.phase = _SENT
+
+    async def on_exited(self, event: Event) -> None:
+        assert isinstance(event, TerminalExited)
+        term = self._terms.get(event.terminal_id)
+        if term is None or term.exited:
+            return
+        term.exited = True
+        if event.window_gone:
+            reason = "the agent's tmux window was closed"
+        else:
+            reason = f"the agent process exited (code {event.exit_code})"
+        await self._publish(event.terminal_id, term, TerminalStatus.ERROR, "pane", reason)
+
+    def on_removed(self, event: Event) -> None:
+        assert isinstance(event, TerminalRemoved)
+        self.forget(event.terminal_id)
+
+    # --- evaluation -------------------------------------------------------------
+    def _schedule(self, terminal_id: str, term: _Watched) -> None:
+        if not term.dirty:
+            term.dirty = True
+            asyncio.get_running_loop().call_soon(self._spawn_evaluate, terminal_id)
+
+    def _spawn_evaluate(self, terminal_id: str) -> None:
+        asyncio.get_running_loop().create_task(self._evaluate(terminal_id))
+
+    async def _evaluate(self, terminal_id: str) -> None:
+        term = self._terms.get(terminal_id)
+        if term is None or term.exited:
+            return
+        term.dirty = False
+        if terminal_id in self.needs_reseed and self.capture_screen is not None:
+            self.needs_reseed.discard(terminal_id)
+            try:
+                captured, cursor = await self.capture_screen(terminal_id)
+            except Exception:
+                log.exception("could not re-read the screen of %s", terminal_id)
+            else:
+                _load_screen(term, captured, cursor)
+        try:
+            reading = term.provider.read_status(_render(term.screen))
+        except Exception:
+            log.exception("provider %s read_status failed", term.provider.name)
+            return
+        term.composer_has_text = reading.composer_has_text
+        new = reading.status
+        if term.phase != _SETTLED:
+            if new == TerminalStatus.UNKNOWN:
+                return
+            if new.is_ready:
+                if reading.composer_has_text:
+                    term.phase = _COMPOSER_SEEN
+                    return
+                if term.phase == _SENT:
+                    return  # still the previous turn's screen
+            term.phase = _SETTLED
+            await self._publish(terminal_id, term, new, "screen", reading.reason, force=True)
+            return
+        if new == TerminalStatus.UNKNOWN and term.status != TerminalStatus.UNKNOWN:
+            return  # unknown never overwrites a known status
+        if term.status == TerminalStatus.COMPLETED and new == TerminalStatus.IDLE:
+            return  # a finished turn stays completed until new input
+        if new != term.status or reading.reason != term.reason:
+            await self._publish(terminal_id, term, new, "screen", reading.reason)
+
+    async def _publish(self, terminal_id: str, term: _Watched, status: TerminalStatus, source: str,
+                       reason: str, force: bool = False) -> None:
+        previous = term.status
+        if status == previous and reason == term.reason and not force:
+            return
+        term.status, term.reason = status, reason
+        await self.store.run(self.store.set_status, terminal_id, status, source, reason)
+        self.bus.publish(StatusChanged(terminal_id, status, previous, source, reason, term.turn))
+
+    async def set_external(self, terminal_id: str, status: TerminalStatus, source: str, reason: str = "") -> None:
+        """A status decided outside the screen (a CLI hook, a restart)."""
+        term = self._terms.get(terminal_id)
+        if term is not None:
+            if term.phase != _SETTLED and status != TerminalStatus.IDLE:
+                term.phase = _SETTLED
+            await self._publish(terminal_id, term, status, source, reason)
+
+
+def _load_screen(term: _Watched, captured: str, cursor: tuple[int, int] | None) -> None:
+    term.screen.reset()
+    term.stream.feed(captured.rstrip("\n").replace("\n", "\r\n").encode())
+    if cursor is not None:
+        term.stream.feed(f"\x1b[{cursor[1] + 1};{cursor[0] + 1}H".encode())
+
+
+def _render(screen: pyte.Screen) -> Screen:
+    return Screen([line.rstrip() for line in screen.display], screen.cursor.y, screen.cursor.x)

@@ -1,0 +1,133 @@
+"""Configuration: one settings object, read from the environment.
+
+Every process of cao (server, CLI, MCP server, workflow scripts) reads the same
+variables, so an isolated instance is just a different CAO_HOME_DIR and port.
+"""
+from __future__ import annotations
+
+import hashlib
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+DEFAULT_HOME = Path("~/.aws/cli-agent-orchestrator").expanduser()
+DEFAULT_HOST = "127.0.0.1"
+DEFAULT_PORT = 9889
+
+
+def _env_bool(name: str, default: bool) -> bool:
+    raw = os.environ.get(name)
+    if raw is None or raw.strip() == "":
+        return default
+    return raw.strip().lower() in ("1", "true", "yes", "on")
+
+
+def _env_float(name: str, default: float) -> float:
+    try:
+        return float(os.environ.get(name, default))
+    except ValueError:
+        return default
+
+
+def _env_list(name: str) -> list[str]:
+    return [item.strip() for item in os.environ.get(name, "").split(",") if item.strip()]
+
+
+@dataclass(frozen=True)
+class Settings:
+    home_dir: Path
+    api_host: str
+    api_port: int
+    # Per-subscriber event queue bound (seed 003); output events beyond it are
+    # dropped and logged, status events never are.
+    event_queue_size: int
+    eager_inbox_delivery: bool
+    sender_id_injection: bool
+    working_directory_param: bool
+    provider_init_timeout: float
+    mcp_request_timeout: float
+    # Safety net only: delivery is driven by status events; this sweep catches
+    # anything an event could not (e.g. a message posted during a restart).
+    inbox_sweep_seconds: float
+    cors_origins: list[str]
+    allowed_hosts: list[str]
+    output_source: str  # "control" (tmux -C) or "pipe-pane"
+
+    @classmethod
+    def from_env(cls) -> "Settings":
+        home = Path(os.environ.get("CAO_HOME_DIR") or DEFAULT_HOME).expanduser().resolve()
+        port_raw = os.environ.get("CAO_API_PORT") or str(DEFAULT_PORT)
+        try:
+            port = int(port_raw)
+        except ValueError:
+            raise SystemExit(f"CAO_API_PORT must be a number, got {port_raw!r}")
+        try:
+            queue = max(1, int(os.environ.get("CAO_EVENT_BUS_MAX_QUEUE_SIZE", "1024")))
+        except ValueError:
+            queue = 1024
+        return cls(
+            home_dir=home,
+            api_host=os.environ.get("CAO_API_HOST") or DEFAULT_HOST,
+            api_port=port,
+            event_queue_size=queue,
+            eager_inbox_delivery=_env_bool("CAO_EAGER_INBOX_DELIVERY", False),
+            sender_id_injection=_env_bool("CAO_ENABLE_SENDER_ID_INJECTION", True),
+            working_directory_param=_env_bool("CAO_ENABLE_WORKING_DIRECTORY", False),
+            provider_init_timeout=_env_float("CAO_PROVIDER_INIT_TIMEOUT", 60.0),
+            mcp_request_timeout=_env_float("CAO_MCP_REQUEST_TIMEOUT", 30.0),
+            inbox_sweep_seconds=_env_float("CAO_INBOX_SWEEP_SECONDS", 30.0),
+            cors_origins=_env_list("CAO_CORS_ORIGINS"),
+            allowed_hosts=_env_list("CAO_ALLOWED_HOSTS"),
+            output_source=os.environ.get("CAO_OUTPUT_SOURCE", "control"),
+        )
+
+    @property
+    def base_url(self) -> str:
+        host = self.api_host
+        if host in ("0.0.0.0", "::", ""):
+            host = "127.0.0.1"
+        if ":" in host and not host.startswith("["):
+            host = f"[{host}]"
+        return f"http://{host}:{self.api_port}"
+
+    # --- the layout of the cao home -------------------------------------------------
+    @property
+    def db_path(self) -> Path:
+        return self.home_dir / "db" / "cli-agent-orchestrator.db"
+
+    @property
+    def logs_dir(self) -> Path:
+        return self.home_dir / "logs"
+
+    @property
+    def terminal_logs_dir(self) -> Path:
+        return self.home_dir / "logs" / "terminal"
+
+    @property
+    def tmp_dir(self) -> Path:
+        return self.home_dir / "tmp"
+
+    @property
+    def agent_store_dir(self) -> Path:
+        return self.home_dir / "agent-store"
+
+    @property
+    def workflows_dir(self) -> Path:
+        return self.home_dir / "workflows"
+
+    @property
+    def tmux_socket_name(self) -> str:
+        """One tmux server per cao home, so two instances never see each other's agents.
+
+        The default home uses the plain name `cao` (easy to type: `tmux -L cao attach`).
+        """
+        if self.home_dir == DEFAULT_HOME.resolve():
+            return "cao"
+        digest = hashlib.sha1(str(self.home_dir).encode()).hexdigest()[:8]
+        return f"cao-{digest}"
+
+    def ensure_dirs(self) -> None:
+        for path in (self.home_dir, self.db_path.parent, self.terminal_logs_dir, self.tmp_dir,
+                     self.agent_store_dir, self.workflows_dir):
+            path.mkdir(parents=True, exist_ok=True)
+        os.chmod(self.home_dir, 0o700)

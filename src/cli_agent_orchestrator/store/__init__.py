@@ -1,0 +1,3 @@
+from .db import Store
+
+__all__ = ["Store"]
