@@ -247,8 +247,7 @@ class TerminalService:
         window_id = await self.window(terminal_id)
         command = get_provider(term.provider).exit_command
         async with self.typing.lock(terminal_id):
-            await self.backend.paste(window_id, command)
-            await self.backend.send_keys(window_id, ["Enter"])
+            await self.typing.submit(terminal_id, window_id, command)
 
     # --- output -----------------------------------------------------------------
     async def history(self, terminal_id: str) -> str:

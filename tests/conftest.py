@@ -1,0 +1,155 @@
+"""Shared fixtures: a real cao-server process per test (or per module), each with
+its own port, home (CAO_HOME_DIR) and tmux socket directory (TMUX_TMPDIR).
+
+Good citizenship: a fixture ends only the processes it started (by pid) and
+kills only the tmux server on its own socket.
+"""
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Callable
+
+import httpx
+import pytest
+
+REPO = Path(__file__).resolve().parent.parent
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def wait_until(predicate: Callable[[], object], timeout: float = 10.0, interval: float = 0.02,
+               message: str = "condition") -> object:
+    """Poll a condition with a deadline (test side only; product code waits on events)."""
+    deadline = time.monotonic() + timeout
+    last = None
+    while time.monotonic() < deadline:
+        last = predicate()
+        if last:
+            return last
+        time.sleep(interval)
+    raise AssertionError(f"timed out after {timeout}s waiting for {message} (last: {last!r})")
+
+
+class CaoServer:
+    """A cao-server subprocess in an isolated home; restartable (kill -9 included)."""
+
+    def __init__(self, home: Path, extra_env: dict[str, str] | None = None):
+        self.home = home
+        self.port = free_port()
+        self.tmux_tmpdir = home / "tmux"
+        self.tmux_tmpdir.mkdir(parents=True, exist_ok=True)
+        self.env = {**os.environ, "CAO_HOME_DIR": str(home), "CAO_API_PORT": str(self.port),
+                    "CAO_API_HOST": "127.0.0.1", "TMUX_TMPDIR": str(self.tmux_tmpdir),
+                    "CAO_MOCK_DELAY_MS": "20", **(extra_env or {})}
+        self.env.pop("TMUX", None)
+        self.proc: subprocess.Popen | None = None
+        self.url = f"http://127.0.0.1:{self.port}"
+        self.client = httpx.Client(base_url=self.url, timeout=60)
+
+    def start(self) -> "CaoServer":
+        log = open(self.home / "server.out", "ab")
+        self.proc = subprocess.Popen([sys.executable, "-m", "cli_agent_orchestrator.cli.server"],
+                                     env=self.env, stdout=log, stderr=subprocess.STDOUT)
+        wait_until(self._healthy, timeout=20, message="cao-server health")
+        return self
+
+    def _healthy(self) -> bool:
+        if self.proc is not None and self.proc.poll() is not None:
+            raise AssertionError(f"cao-server exited: {(self.home / 'server.out').read_text()[-2000:]}")
+        try:
+            return self.client.get("/health").status_code == 200
+        except httpx.HTTPError:
+            return False
+
+    def kill9(self) -> None:
+        assert self.proc is not None
+        self.proc.send_signal(signal.SIGKILL)
+        self.proc.wait(10)
+        self.proc = None
+
+    def stop(self) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(10)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait(5)
+        self.proc = None
+
+    def tmux(self, *args: str) -> subprocess.CompletedProcess:
+        socket_name = self.client.get("/health").json()["tmux_socket"] if self.proc else self._socket_name()
+        env = {k: v for k, v in self.env.items() if k != "TMUX"}
+        return subprocess.run(["tmux", "-L", socket_name, *args], env=env, capture_output=True, text=True)
+
+    def _socket_name(self) -> str:
+        import hashlib
+        return "cao-" + hashlib.sha1(str(self.home.resolve()).encode()).hexdigest()[:8]
+
+    def cleanup(self) -> None:
+        self.stop()
+        env = {k: v for k, v in self.env.items() if k != "TMUX"}
+        subprocess.run(["tmux", "-L", self._socket_name(), "kill-server"], env=env, capture_output=True)
+        self.client.close()
+
+    # --- conveniences -------------------------------------------------------------
+    def create_session(self, profile: str = "developer", **params) -> dict:
+        params = {"agent_profile": profile, "provider": "mock_cli", **params}
+        resp = self.client.post("/sessions", params=params)
+        assert resp.status_code == 201, resp.text
+        return resp.json()
+
+    def status(self, terminal_id: str) -> str:
+        return self.client.get(f"/terminals/{terminal_id}").json()["status"]
+
+    def wait_status(self, terminal_id: str, wanted: str | set[str], timeout: float = 10) -> str:
+        wanted_set = {wanted} if isinstance(wanted, str) else wanted
+        return wait_until(lambda: (s := self.status(terminal_id)) in wanted_set and s, timeout,
+                          message=f"{terminal_id} status in {wanted_set}")
+
+    def send(self, terminal_id: str, message: str) -> dict:
+        resp = self.client.post(f"/terminals/{terminal_id}/input", json={"message": message})
+        assert resp.status_code == 200, resp.text
+        return resp.json()
+
+
+@pytest.fixture
+def cao(tmp_path: Path):
+    server = CaoServer(tmp_path / "home").start()
+    try:
+        yield server
+    finally:
+        server.cleanup()
+
+
+@pytest.fixture
+def cao_factory(tmp_path: Path):
+    servers: list[CaoServer] = []
+
+    def make(name: str = "home", **env: str) -> CaoServer:
+        server = CaoServer(tmp_path / name, env)
+        servers.append(server)
+        return server
+
+    try:
+        yield make
+    finally:
+        for server in servers:
+            server.cleanup()
+
+
+def read_records(path: Path) -> list[str]:
+    if not path.exists():
+        return []
+    return [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]

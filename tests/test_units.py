@@ -1,0 +1,138 @@
+"""Fast unit tests of pure pieces: the event bus, input neutralising, key names,
+profiles, settings."""
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+
+import pytest
+
+from cli_agent_orchestrator.bus import EventBus, topic_matches
+from cli_agent_orchestrator.events import StatusChanged, TerminalOutput
+from cli_agent_orchestrator.models import TerminalStatus
+from cli_agent_orchestrator.profiles import load_profile, parse_profile
+from cli_agent_orchestrator.errors import InvalidInput, NotFound
+from cli_agent_orchestrator.services.input import neutralise, valid_key
+from cli_agent_orchestrator.settings import Settings
+
+
+def test_topic_wildcards_match_one_segment_and_hash_matches_rest():
+    assert topic_matches("terminal.*.status", "terminal.abcd1234.status")
+    assert not topic_matches("terminal.*.status", "terminal.abcd1234.output")
+    assert not topic_matches("terminal.*", "terminal.abcd1234.output")
+    assert topic_matches("terminal.#", "terminal.abcd1234.output")
+    assert topic_matches("#", "inbox.x.queued")
+
+
+def _status(tid: str, n: int) -> StatusChanged:
+    return StatusChanged(tid, TerminalStatus.IDLE, TerminalStatus.PROCESSING, "screen", turn=n)
+
+
+def test_full_queue_drops_output_but_never_status_events():
+    async def scenario():
+        bus = EventBus(max_queue_size=3)
+        bus.bind(asyncio.get_running_loop())
+        sub = bus.open_stream("slow", "terminal.#")
+        dropped = []
+        sub.on_drop = dropped.append
+        for i in range(10):
+            bus.publish(TerminalOutput("t1", b"x%d" % i))
+        for i in range(5):
+            bus.publish(_status("t1", i))
+        kinds = [type(e).__name__ for e in sub.queue]
+        return kinds, sub.dropped, len(dropped)
+
+    kinds, dropped, told = asyncio.run(scenario())
+    assert kinds.count("StatusChanged") == 5  # every status edge kept
+    assert kinds.count("TerminalOutput") == 3  # output bounded by the queue size
+    assert dropped == 7 and told == 7
+
+
+def test_failing_consumer_is_recorded_and_others_still_get_the_event():
+    async def scenario():
+        bus = EventBus()
+        seen = []
+
+        def broken(event):
+            raise RuntimeError("boom")
+
+        bus.subscribe("broken", "terminal.*.status", broken)
+        bus.subscribe("fine", "terminal.*.status", seen.append)
+        bus.start()
+        bus.publish(_status("t1", 1))
+        for _ in range(20):
+            await asyncio.sleep(0.01)
+            if seen and bus.failures:
+                break
+        await bus.stop()
+        return seen, list(bus.failures)
+
+    seen, failures = asyncio.run(scenario())
+    assert len(seen) == 1
+    assert failures and failures[0].consumer == "broken" and "boom" in failures[0].error
+
+
+def test_publish_from_another_thread_is_delivered_on_the_loop():
+    async def scenario():
+        bus = EventBus()
+        got = []
+        bus.subscribe("c", "terminal.*.output", got.append)
+        bus.start()
+        await asyncio.get_running_loop().run_in_executor(None, bus.publish, TerminalOutput("t2", b"hi"))
+        for _ in range(50):
+            if got:
+                break
+            await asyncio.sleep(0.01)
+        await bus.stop()
+        return got
+
+    assert [e.data for e in asyncio.run(scenario())] == [b"hi"]
+
+
+def test_neutralise_keeps_text_and_turns_controls_into_pictures():
+    assert neutralise("a\tb\nc") == "a\tb\nc"
+    assert neutralise("x\r\ny\rz") == "x\ny\nz"
+    assert neutralise("\x1b[201~rm -rf /") == "\u241b[201~rm -rf /"
+    assert neutralise("\x03\x04\x7f\x9b") == "\u2403\u2404\u2421\ufffd"
+    hostile = "$(whoami) `id` 'q' \"dq\" ünï 🎉"
+    assert neutralise(hostile) == hostile
+
+
+@pytest.mark.parametrize("key", ["Enter", "Escape", "C-c", "Up", "Down", "Left", "Right", "Tab", "y", "M-x"])
+def test_named_keys_are_accepted(key):
+    assert valid_key(key)
+
+
+@pytest.mark.parametrize("key", ["", "Enter Enter", "C-", "rm -rf", "a;b", "\x1b", "send-keys"])
+def test_bad_keys_are_refused(key):
+    assert not valid_key(key)
+
+
+def test_profile_frontmatter_and_body():
+    prof = parse_profile("---\nname: x\nprovider: mock_cli\nallowedTools: [fs_read]\n---\nBe brief.\n", "x", "t")
+    assert (prof.name, prof.provider, prof.allowed_tools, prof.system_prompt) == ("x", "mock_cli", ["fs_read"],
+                                                                                  "Be brief.")
+    with pytest.raises(InvalidInput):
+        parse_profile("---\n: [\n---\nbody", "bad", "t")
+
+
+def test_user_agent_store_overrides_builtin(tmp_path: Path):
+    store = tmp_path / "agent-store"
+    store.mkdir()
+    (store / "developer.md").write_text("---\nname: developer\ndescription: mine\n---\nCustom.\n")
+    assert load_profile(tmp_path, "developer").description == "mine"
+    assert load_profile(tmp_path, "reviewer").source == "built-in"
+    with pytest.raises(NotFound):
+        load_profile(tmp_path, "nobody")
+    with pytest.raises(InvalidInput):
+        load_profile(tmp_path, "../etc/passwd")
+
+
+def test_settings_read_env(monkeypatch, tmp_path: Path):
+    monkeypatch.setenv("CAO_HOME_DIR", str(tmp_path))
+    monkeypatch.setenv("CAO_API_PORT", "9999")
+    monkeypatch.setenv("CAO_EVENT_BUS_MAX_QUEUE_SIZE", "7")
+    s = Settings.from_env()
+    assert s.home_dir == tmp_path.resolve() and s.api_port == 9999 and s.event_queue_size == 7
+    assert s.base_url == "http://127.0.0.1:9999"
+    assert s.tmux_socket_name.startswith("cao-")
