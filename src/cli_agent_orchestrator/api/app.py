@@ -12,6 +12,7 @@ from .. import __version__
 from ..bootstrap import Runtime, build_runtime
 from ..errors import CaoError, WaitTimeout, WorkerError
 from ..settings import Settings
+from .events_stream import router as events_router
 from .routes import router
 from .security import RequestGate, cors_origins
 
@@ -56,6 +57,7 @@ def create_app(settings: Settings | None = None, runtime: Runtime | None = None)
                 "consumer_failures": [f.__dict__ for f in runtime.bus.failures]}
 
     app.include_router(router)
+    app.include_router(events_router)
     app.add_middleware(CORSMiddleware, allow_origins=cors_origins(settings), allow_credentials=True,
                        allow_methods=["*"], allow_headers=["*"])
     app.add_middleware(RequestGate, settings=settings)

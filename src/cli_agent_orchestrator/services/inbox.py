@@ -78,6 +78,8 @@ class InboxService:
         async with lock:
             if not is_ready_for_input(self.monitor.status(receiver_id), self._eager(receiver_id)):
                 return False
+            if self.monitor.composer_has_text(receiver_id):
+                return False  # someone is typing there; a paste would mangle both texts
             msg = await self.store.run(self.store.claim_next, receiver_id)
             if msg is None:
                 return False

@@ -188,8 +188,8 @@ class StatusMonitor:
             return
         if new == TerminalStatus.UNKNOWN and term.status != TerminalStatus.UNKNOWN:
             return  # unknown never overwrites a known status
-        if term.status == TerminalStatus.COMPLETED and new == TerminalStatus.IDLE:
-            return  # a finished turn stays completed until new input
+        if term.status == TerminalStatus.COMPLETED and new == TerminalStatus.IDLE and not reading.composer_has_text:
+            return  # a finished turn stays completed until new input (typed text counts)
         if new != term.status or reading.reason != term.reason:
             await self._publish(terminal_id, term, new, "screen", reading.reason)
 

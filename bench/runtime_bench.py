@@ -1,0 +1,177 @@
+#!/usr/bin/env python3
+"""Runtime-core benchmark: spawn → IDLE, turn overhead, output → status-event
+latency, and server CPU/RSS with many idle terminals.
+
+Starts its own cao-server (temporary home, free port, own tmux socket), drives
+mock agents, prints a table and writes JSON to bench/results/runtime.json.
+
+    python bench/runtime_bench.py [--spawns 10] [--turns 20] [--think-ms 200] [--idle 20,50]
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import queue
+import signal
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+import httpx
+import psutil
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class Server:
+    def __init__(self, think_ms: int):
+        self.home = Path(tempfile.mkdtemp(prefix="cao-bench-"))
+        self.port = free_port()
+        self.env = {**os.environ, "CAO_HOME_DIR": str(self.home), "CAO_API_PORT": str(self.port),
+                    "TMUX_TMPDIR": str(self.home), "CAO_MOCK_DELAY_MS": str(think_ms)}
+        self.env.pop("TMUX", None)
+        self.proc = subprocess.Popen([sys.executable, "-m", "cli_agent_orchestrator.cli.server",
+                                      "--log-level", "warning"], env=self.env,
+                                     stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        self.http = httpx.Client(base_url=f"http://127.0.0.1:{self.port}", timeout=60)
+        deadline = time.monotonic() + 20
+        while time.monotonic() < deadline:
+            try:
+                if self.http.get("/health").status_code == 200:
+                    break
+            except httpx.HTTPError:
+                time.sleep(0.05)
+        self.socket = self.http.get("/health").json()["tmux_socket"]
+        self.events: "queue.Queue[tuple[float, dict]]" = queue.Queue()
+        threading.Thread(target=self._follow, daemon=True).start()
+        time.sleep(0.3)  # let the SSE subscription register before measuring
+
+    def _follow(self) -> None:
+        with httpx.Client(base_url=f"http://127.0.0.1:{self.port}", timeout=None) as c:
+            with c.stream("GET", "/events", params={"pattern": "terminal.*.status"}) as resp:
+                for line in resp.iter_lines():
+                    if line.startswith("data: "):
+                        self.events.put((time.perf_counter(), json.loads(line[6:])))
+
+    def wait_event(self, terminal_id: str, status: str, timeout: float = 30) -> float:
+        deadline = time.monotonic() + timeout
+        while True:
+            t, ev = self.events.get(timeout=max(0.01, deadline - time.monotonic()))
+            if ev["terminal_id"] == terminal_id and ev["status"] == status:
+                return t
+
+    def drain(self) -> None:
+        while not self.events.empty():
+            self.events.get_nowait()
+
+    def tmux(self, *args: str) -> None:
+        subprocess.run(["tmux", "-L", self.socket, *args], env=self.env, check=True)
+
+    def close(self) -> None:
+        self.proc.send_signal(signal.SIGTERM)
+        try:
+            self.proc.wait(15)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+        subprocess.run(["tmux", "-L", self.socket, "kill-server"], env=self.env, capture_output=True)
+
+
+def spawn(server: Server, profile: str = "developer") -> tuple[float, dict]:
+    t0 = time.perf_counter()
+    resp = server.http.post("/sessions", params={"agent_profile": profile, "provider": "mock_cli"})
+    resp.raise_for_status()
+    return time.perf_counter() - t0, resp.json()
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--spawns", type=int, default=10)
+    ap.add_argument("--turns", type=int, default=20)
+    ap.add_argument("--think-ms", type=int, default=200)
+    ap.add_argument("--idle", default="20,50")
+    ap.add_argument("--idle-seconds", type=float, default=10.0)
+    args = ap.parse_args()
+    results: dict = {"machine": {"cpus": os.cpu_count(), "python": sys.version.split()[0]}}
+
+    server = Server(args.think_ms)
+    try:
+        spawns = [spawn(server) for _ in range(args.spawns)]
+        results["spawn_to_idle_ms"] = [round(s * 1000, 1) for s, _ in spawns]
+        tid = spawns[0][1]["id"]
+
+        overheads = []
+        for i in range(args.turns):
+            server.drain()
+            t0 = time.perf_counter()
+            server.http.post(f"/terminals/{tid}/input", json={"message": f"turn {i}"}).raise_for_status()
+            t1 = server.wait_event(tid, "completed")
+            overheads.append((t1 - t0) * 1000 - args.think_ms)
+        results["turn_overhead_ms"] = [round(o, 1) for o in overheads]
+
+        # Output → status event: keys typed straight into tmux (not through cao) into a
+        # mock with think time 0, which prints its reply at once; we time the status event.
+        store = server.home / "agent-store"
+        store.mkdir(exist_ok=True)
+        (store / "instant.md").write_text("---\nname: instant\nprovider: mock_cli\nmock: {delay_ms: 0}\n---\n")
+        other = spawn(server, "instant")[1]
+        target = f"{other['session_name']}:{other['name']}"
+        latencies = []
+        for i in range(args.turns):
+            server.drain()
+            server.tmux("send-keys", "-t", target, "-l", f"ping {i}")
+            server.drain()
+            t0 = time.perf_counter()
+            server.tmux("send-keys", "-t", target, "Enter")
+            t1 = server.wait_event(other["id"], "completed")
+            latencies.append((t1 - t0) * 1000)
+        results["output_to_status_event_ms"] = [round(x, 1) for x in latencies]
+
+        proc = psutil.Process(server.proc.pid)
+        have = len(spawns)
+        for target_count in sorted(int(x) for x in args.idle.split(",")):
+            while have < target_count:
+                spawn(server)
+                have += 1
+            time.sleep(2.0)  # let start-up output settle
+            cpu0 = proc.cpu_times()
+            w0 = time.monotonic()
+            time.sleep(args.idle_seconds)
+            cpu1 = proc.cpu_times()
+            wall = time.monotonic() - w0
+            used = (cpu1.user - cpu0.user) + (cpu1.system - cpu0.system)
+            results[f"idle_{target_count}"] = {"server_cpu_percent_of_one_core": round(100 * used / wall, 2),
+                                               "server_rss_mb": round(proc.memory_info().rss / 2**20, 1)}
+    finally:
+        server.close()
+
+    def med(key: str) -> float:
+        return round(statistics.median(results[key]), 1)
+
+    rows = [("spawn → IDLE, median ms", med("spawn_to_idle_ms"), "< 300"),
+            (f"turn overhead (think {args.think_ms} ms subtracted), median ms", med("turn_overhead_ms"), "< 50"),
+            ("output → status event, median ms", med("output_to_status_event_ms"), "< 50")]
+    for key in sorted(k for k in results if k.startswith("idle_")):
+        rows.append((f"{key.split('_')[1]} idle terminals: server CPU % of one core",
+                     results[key]["server_cpu_percent_of_one_core"], "< 2"))
+        rows.append((f"{key.split('_')[1]} idle terminals: server RSS MB", results[key]["server_rss_mb"], ""))
+    width = max(len(r[0]) for r in rows)
+    for name, value, target in rows:
+        print(f"{name:<{width}}  {value:>8}  {target}")
+    out = Path(__file__).resolve().parent / "results"
+    out.mkdir(exist_ok=True)
+    (out / "runtime.json").write_text(json.dumps(results, indent=2))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

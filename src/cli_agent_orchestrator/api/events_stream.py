@@ -1,0 +1,52 @@
+"""`GET /events`: the event bus as Server-Sent Events, for UIs, `cao` follow modes
+and benchmarks. Status and lifecycle events are never dropped; terminal output
+is only streamed when the pattern asks for it and may be dropped under load.
+"""
+from __future__ import annotations
+
+import dataclasses
+import json
+import re
+from typing import AsyncIterator
+
+from fastapi import APIRouter, Query, Request
+from fastapi.responses import StreamingResponse
+
+from ..errors import InvalidInput
+from ..events import Event
+
+router = APIRouter()
+_PATTERN = re.compile(r"^[A-Za-z0-9_*#-]+(\.[A-Za-z0-9_*#-]+)*$")
+KEEPALIVE_S = 15.0
+
+
+def event_json(event: Event) -> dict:
+    body = {"type": type(event).__name__, "topic": event.topic}
+    for field in dataclasses.fields(event):
+        value = getattr(event, field.name)
+        body[field.name] = value.decode("utf-8", "replace") if isinstance(value, bytes) else value
+    return body
+
+
+@router.get("/events")
+async def events(request: Request, pattern: str = Query("terminal.*.status", max_length=200)) -> StreamingResponse:
+    """Follow events whose topic matches `pattern` (`*` one segment, `#` the rest)."""
+    if not _PATTERN.match(pattern):
+        raise InvalidInput(f"invalid topic pattern {pattern!r}")
+    bus = request.app.state.runtime.bus
+    stream = bus.open_stream(f"sse:{id(request)}", pattern)
+
+    async def body() -> AsyncIterator[bytes]:
+        try:
+            yield b": connected\n\n"
+            while not await request.is_disconnected():
+                event = await bus.next_event(stream, KEEPALIVE_S)
+                if event is None:
+                    yield b": keepalive\n\n"
+                    continue
+                yield f"event: {type(event).__name__}\ndata: {json.dumps(event_json(event))}\n\n".encode()
+        finally:
+            bus.close_stream(stream)
+
+    return StreamingResponse(body(), media_type="text/event-stream",
+                             headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"})

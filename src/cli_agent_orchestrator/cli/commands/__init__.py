@@ -1,0 +1,1 @@
+"""Subcommands of `cao`, one module per area; cli/main.py assembles them."""

@@ -1,0 +1,124 @@
+"""`cao launch`: start an agent in a new session, then attach to it or drive it headless."""
+from __future__ import annotations
+
+import os
+import sys
+import time
+from typing import Any
+
+import click
+
+from ...errors import CaoError
+from ...profiles import load_profile
+from ...settings import Settings
+from ..client import LAUNCH_TIMEOUT, ApiError, CaoClient
+from .common import attach_argv, client, exec_attach, print_fields, print_json, terminal_path
+
+# Statuses that end a turn: the agent answered, failed, or asks the user something.
+FINAL_STATUSES = ("completed", "error", "waiting_user_answer")
+POLL_INTERVAL = 0.1
+
+
+def _profile_summary(name: str, provider: str | None) -> tuple[str, str]:
+    """What to show before asking for trust; the server decides, this only previews it."""
+    try:
+        profile = load_profile(Settings.from_env().home_dir, name)
+    except CaoError as exc:
+        return f"{name} ({exc})", provider or "server default"
+    shown = f"{name} ({profile.source})"
+    return shown, provider or profile.provider or "server default"
+
+
+def _confirm(agents: str, provider: str | None, workdir: str, session_name: str | None) -> None:
+    if not sys.stdin.isatty():
+        raise click.ClickException(
+            "cannot ask for confirmation: stdin is not a terminal. Pass --yolo to trust the "
+            "workspace and launch without asking.")
+    profile, shown_provider = _profile_summary(agents, provider)
+    click.echo("About to launch an agent that can read and change files in its working directory:")
+    print_fields([("Profile", profile), ("Provider", shown_provider), ("Working directory", workdir),
+                  ("Session", session_name or "(new, named by cao)")])
+    if not click.confirm("Trust this workspace and launch?", default=False):
+        click.echo("Not launched.", err=True)
+        raise click.exceptions.Exit(1)
+
+
+def _wait_final(api: CaoClient, terminal_id: str, timeout: float) -> dict[str, Any]:
+    deadline = time.monotonic() + timeout
+    while True:
+        term = api.get(terminal_path(terminal_id))
+        if term["status"] in FINAL_STATUSES:
+            return term
+        if time.monotonic() >= deadline:
+            raise click.ClickException(
+                f"terminal {terminal_id} did not finish within {timeout:g}s (status {term['status']}); "
+                f"it is still running: `cao terminal status {terminal_id}`")
+        time.sleep(POLL_INTERVAL)
+
+
+def _last_output(api: CaoClient, terminal_id: str) -> str | None:
+    try:
+        return api.get(terminal_path(terminal_id, "/output"), params={"mode": "last"})["output"]
+    except ApiError as exc:
+        if exc.status_code == 409:  # no reply to extract (e.g. the agent errored or asks a question)
+            return None
+        raise
+
+
+def _run_message(api: CaoClient, term: dict[str, Any], message: str, timeout: float,
+                 as_json: bool) -> None:
+    terminal_id = term["id"]
+    api.post(terminal_path(terminal_id, "/input"), json={"message": message})
+    final = _wait_final(api, terminal_id, timeout)
+    output = _last_output(api, terminal_id)
+    if as_json:
+        print_json({**final, "output": output})
+    elif output is not None:
+        click.echo(output)
+    if final["status"] == "error":
+        raise click.ClickException(
+            f"agent in terminal {terminal_id} reported an error: {final.get('status_reason') or 'see its output'}")
+    if final["status"] == "waiting_user_answer" and not as_json:
+        click.echo(f"The agent is waiting for an answer: `cao terminal send {terminal_id} ANSWER`", err=True)
+
+
+@click.command()
+@click.option("--agents", required=True, metavar="PROFILE", help="Agent profile to run.")
+@click.option("--provider", default=None, help="Provider (default: the profile's, else the server's).")
+@click.option("--session-name", default=None, help="Session name (cao- is prepended if missing).")
+@click.option("--working-directory", default=None,
+              type=click.Path(exists=True, file_okay=False, resolve_path=True),
+              help="Where the agent works (default: the current directory).")
+@click.option("--headless", is_flag=True, help="Do not attach; print the ids (and the reply to MESSAGE).")
+@click.option("--yolo", is_flag=True, help="Trust the workspace: no confirmation, no permission prompts.")
+@click.option("--model", default=None, help="Model override for the provider.")
+@click.option("--timeout", default=300.0, show_default=True, type=click.FloatRange(min=0),
+              help="Seconds to wait for the reply to MESSAGE (with --headless).")
+@click.option("--json", "as_json", is_flag=True, help="Print the terminal as JSON.")
+@click.argument("message", required=False)
+def launch(agents: str, provider: str | None, session_name: str | None, working_directory: str | None,
+           headless: bool, yolo: bool, model: str | None, timeout: float, as_json: bool,
+           message: str | None) -> None:
+    """Start agent PROFILE in a new session and attach to it (or run MESSAGE headless)."""
+    workdir = working_directory or os.path.abspath(os.getcwd())
+    if not yolo:
+        _confirm(agents, provider, workdir, session_name)
+    params = {"agent_profile": agents, "provider": provider, "session_name": session_name,
+              "working_directory": workdir, "model": model, "yolo": str(yolo).lower()}
+    with client() as api:
+        term = api.post("/sessions", params=params, timeout=max(LAUNCH_TIMEOUT, api.timeout))
+        if headless and message:
+            if not as_json:
+                print_fields([("Session", term["session_name"]), ("Terminal", term["id"])])
+            _run_message(api, term, message, timeout, as_json)
+            return
+        if as_json:
+            print_json(term)
+        else:
+            print_fields([("Session", term["session_name"]), ("Terminal", term["id"])])
+        if headless:
+            return
+        if message:
+            api.post(terminal_path(term["id"], "/input"), json={"message": message})
+        socket = api.get("/health")["tmux_socket"]
+    exec_attach(attach_argv(socket, term["session_name"]))

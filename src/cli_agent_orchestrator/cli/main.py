@@ -1,0 +1,30 @@
+"""`cao`: the command-line client of cao-server.
+
+The CLI talks to the server over HTTP only; it reads settings and profiles
+locally for file work (`cao init`, `cao install`) but never touches the store,
+the services or tmux state directly.
+"""
+from __future__ import annotations
+
+import click
+
+from .. import __version__
+from .commands.admin import init, install, mcp_server, shutdown
+from .commands.info import info
+from .commands.launch import launch
+from .commands.sessions import session
+from .commands.terminals import terminal
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(__version__, "--version", "-V", prog_name="cao")
+def cli() -> None:
+    """Run coding-agent CLIs in tmux and orchestrate them (client of cao-server)."""
+
+
+for command in (launch, info, session, terminal, shutdown, init, install, mcp_server):
+    cli.add_command(command)
+
+
+if __name__ == "__main__":
+    cli()

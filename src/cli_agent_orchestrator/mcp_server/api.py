@@ -1,0 +1,88 @@
+"""A thin async HTTP client for cao-server, shaped for tool code.
+
+Tools must turn every expected failure into a result, so nothing here raises for
+HTTP errors or an unreachable server: each call returns an `ApiResponse` whose
+`error` is a sentence ready to show to the agent.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import httpx
+
+
+@dataclass(frozen=True)
+class ApiResponse:
+    status: int  # 0 when no HTTP answer arrived (connection failure, client timeout)
+    body: Any
+    error: str | None = None  # set for every non-2xx outcome
+    timed_out: bool = False  # our own client timeout fired, not a server 504
+
+    @property
+    def ok(self) -> bool:
+        return 200 <= self.status < 300
+
+    @property
+    def detail(self) -> Any:
+        """FastAPI's `detail` (a string, a dict for worker errors, a list for 422s)."""
+        if isinstance(self.body, dict) and "detail" in self.body:
+            return self.body["detail"]
+        return self.body
+
+
+def describe_detail(detail: Any) -> str:
+    """One readable line for any shape of `detail` the server sends."""
+    if isinstance(detail, str):
+        return detail
+    if isinstance(detail, dict) and "message" in detail:
+        return str(detail["message"])
+    if isinstance(detail, list):
+        # pydantic validation errors: name the field and the complaint, skip the echo of the input
+        parts = []
+        for item in detail:
+            if isinstance(item, dict):
+                where = ".".join(str(p) for p in item.get("loc", []) if p not in ("body", "query"))
+                parts.append(f"{where}: {item.get('msg', 'invalid')}" if where else str(item.get("msg")))
+            else:
+                parts.append(str(item))
+        return "; ".join(parts) or "invalid request"
+    return str(detail)
+
+
+class CaoApi:
+    def __init__(self, base_url: str, timeout: float):
+        self.base_url = base_url
+        self.timeout = timeout
+
+    async def request(self, method: str, path: str, *, params: dict[str, Any] | None = None,
+                      json: Any = None, timeout: float | None = None) -> ApiResponse:
+        # A client per call: tool calls are rare and slow compared with a TCP connect, and it
+        # keeps the object free of event-loop affinity. trust_env=False because cao-server is
+        # addressed directly; a corporate HTTP(S)_PROXY must not swallow localhost calls.
+        limit = self.timeout if timeout is None else timeout
+        query = {k: v for k, v in (params or {}).items() if v is not None}
+        try:
+            async with httpx.AsyncClient(base_url=self.base_url, timeout=limit, trust_env=False) as client:
+                resp = await client.request(method, path, params=query, json=json)
+        except httpx.TimeoutException:
+            return ApiResponse(0, None, f"no answer from cao-server within {limit:.0f}s", timed_out=True)
+        except httpx.HTTPError as exc:
+            return ApiResponse(0, None, f"cannot reach cao-server at {self.base_url}: {exc}")
+        try:
+            body = resp.json()
+        except ValueError:
+            body = resp.text
+        if 200 <= resp.status_code < 300:
+            return ApiResponse(resp.status_code, body)
+        failed = ApiResponse(resp.status_code, body)
+        return ApiResponse(resp.status_code, body, describe_detail(failed.detail))
+
+    async def get(self, path: str, **kw: Any) -> ApiResponse:
+        return await self.request("GET", path, **kw)
+
+    async def post(self, path: str, **kw: Any) -> ApiResponse:
+        return await self.request("POST", path, **kw)
+
+    async def delete(self, path: str, **kw: Any) -> ApiResponse:
+        return await self.request("DELETE", path, **kw)
