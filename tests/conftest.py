@@ -51,7 +51,7 @@ class CaoServer:
         self.tmux_tmpdir.mkdir(parents=True, exist_ok=True)
         self.env = {**os.environ, "CAO_HOME_DIR": str(home), "CAO_API_PORT": str(self.port),
                     "CAO_API_HOST": "127.0.0.1", "TMUX_TMPDIR": str(self.tmux_tmpdir),
-                    "CAO_MOCK_DELAY_MS": "20", **(extra_env or {})}
+                    "CAO_MOCK_DELAY_MS": "20", "CAO_LOG_LEVEL": os.environ.get("CAO_LOG_LEVEL", "info"), **(extra_env or {})}
         self.env.pop("TMUX", None)
         self.proc: subprocess.Popen | None = None
         self.url = f"http://127.0.0.1:{self.port}"

@@ -68,7 +68,8 @@ def test_concurrent_senders_each_message_pasted_exactly_once(cao_factory, tmp_pa
     for s in range(4):  # per-sender order kept
         mine = [t for t in got if t.startswith(f"sender {s} ")]
         assert mine == [f"sender {s} message {i}" for i in range(6)]
-    assert all(m["status"] == "delivered" for m in _messages(server, rcv))
+    wait_until(lambda: all(m["status"] == "delivered" for m in _messages(server, rcv)),
+               message="all marked delivered")
 
 
 def test_message_to_deleted_receiver_fails_and_sender_is_told(cao: CaoServer):

@@ -40,8 +40,8 @@ def test_message_posted_before_crash_is_delivered_after_restart(cao_factory, tmp
     server.start()
     wait_until(lambda: "survive me" in read_records(record), timeout=15, message="delivered after restart")
     assert read_records(record).count("survive me") == 1
-    msgs = server.client.get(f"/terminals/{rcv}/inbox/messages").json()
-    assert [m["status"] for m in msgs] == ["delivered"]
+    wait_until(lambda: [m["status"] for m in server.client.get(f"/terminals/{rcv}/inbox/messages").json()]
+               == ["delivered"], message="marked delivered")
 
 
 def test_clean_restart_keeps_sessions_and_inbox_history(cao_factory):

@@ -160,3 +160,28 @@ def test_log_writer_keeps_per_terminal_logs(cao: CaoServer):
     cao.wait_status(term["id"], "completed")
     log = cao.home / "logs" / "terminal" / f"{term['id']}.log"
     wait_until(lambda: log.exists() and b"MOCK: logged words" in log.read_bytes(), message="log flushed")
+
+
+def test_status_still_read_after_the_pane_is_resized(cao: CaoServer):
+    term = cao.create_session()
+    target = f"{term['session_name']}:{term['name']}"
+    assert cao.tmux("resize-window", "-t", target, "-x", "90", "-y", "20").returncode == 0
+    cao.send(term["id"], "after resize " + "w" * 150)  # wraps at 90 columns
+    cao.wait_status(term["id"], "completed")
+    out = cao.client.get(f"/terminals/{term['id']}/output", params={"mode": "last"}).json()["output"]
+    assert out == "MOCK: after resize " + "w" * 150
+
+
+def test_status_survives_output_floods_with_a_tiny_event_queue(cao_factory):
+    server = cao_factory(CAO_EVENT_BUS_MAX_QUEUE_SIZE="2").start()
+    term = server.create_session()
+    for n in range(3):
+        server.send(term["id"], "__mock_long_400")
+        wait_until(lambda: server.client.get(f"/terminals/{term['id']}/output", params={"mode": "last"})
+                   .json().get("output", "").endswith("MOCK: line 400 of 400"), timeout=20)
+        server.wait_status(term["id"], "completed", timeout=20)
+    stats = server.client.get("/diagnostics").json()["subscribers"]
+    assert any(s["dropped"] > 0 for s in stats)  # output was dropped, status edges were not
+    server.send(term["id"], "calm again")
+    wait_until(lambda: server.client.get(f"/terminals/{term['id']}/output", params={"mode": "last"})
+               .json().get("output") == "MOCK: calm again")

@@ -72,6 +72,34 @@ class TerminalExited(Event):
 
 
 @dataclass(frozen=True)
+class ScreenSnapshot(Event):
+    """The pane's visible screen as tmux holds it, placed in the output stream at
+    the exact point it was taken (output before it is included, after it is not)."""
+
+    terminal_id: str
+    text: str  # capture-pane -p -e: rows with SGR escapes
+    cursor_x: int
+    cursor_y: int
+
+    @property
+    def topic(self) -> str:
+        return f"terminal.{self.terminal_id}.snapshot"
+
+
+@dataclass(frozen=True)
+class TerminalResized(Event):
+    """The pane changed size (a human attached with another terminal size)."""
+
+    terminal_id: str
+    width: int
+    height: int
+
+    @property
+    def topic(self) -> str:
+        return f"terminal.{self.terminal_id}.resized"
+
+
+@dataclass(frozen=True)
 class TerminalRemoved(Event):
     """cao deleted the terminal (scrollback saved)."""
 

@@ -47,6 +47,9 @@ class TerminalBackend(Protocol):
 
     async def unwatch(self, terminal_id: str) -> None: ...
 
+    def request_snapshot(self, terminal_id: str) -> bool:
+        """Have the output source publish a ScreenSnapshot of the pane, in stream order."""
+
     async def paste(self, window_id: str, text: str) -> None:
         """Insert text as one bracketed paste (the caller has neutralised controls)."""
 
@@ -55,9 +58,6 @@ class TerminalBackend(Protocol):
     async def capture(self, window_id: str, *, history: bool = False, escapes: bool = False) -> str: ...
 
     async def current_path(self, window_id: str) -> str | None: ...
-
-    async def cursor(self, window_id: str) -> tuple[int, int] | None:
-        """(column, row) of the pane's cursor."""
 
     async def kill_window(self, window_id: str) -> None: ...
 

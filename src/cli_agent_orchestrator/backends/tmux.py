@@ -137,6 +137,9 @@ class TmuxBackend:
         if self._control is not None:
             self._control.unwatch(terminal_id)
 
+    def request_snapshot(self, terminal_id: str) -> bool:
+        return self._control is not None and self._control.request_snapshot(terminal_id)
+
     async def paste(self, window_id: str, text: str) -> None:
         buffer = f"cao-{uuid.uuid4().hex[:12]}"
         # load-buffer from stdin + paste-buffer -p (bracketed) -d (delete buffer):
@@ -159,13 +162,6 @@ class TmuxBackend:
     async def current_path(self, window_id: str) -> str | None:
         out = await self.run("display-message", "-p", "-t", window_id, "#{pane_current_path}", check=False)
         return out.strip() or None
-
-    async def cursor(self, window_id: str) -> tuple[int, int] | None:
-        out = await self.run("display-message", "-p", "-t", window_id, "#{cursor_x} #{cursor_y}", check=False)
-        parts = out.split()
-        if len(parts) == 2 and all(p.isdigit() for p in parts):
-            return int(parts[0]), int(parts[1])
-        return None
 
     async def kill_window(self, window_id: str) -> None:
         await self.run("kill-window", "-t", window_id, check=False)

@@ -12,14 +12,18 @@ import asyncio
 import logging
 import os
 import re
+from collections import deque
+from typing import Callable
 
 from ..bus import EventBus
-from ..events import TerminalExited, TerminalOutput
+from ..events import ScreenSnapshot, TerminalExited, TerminalOutput, TerminalResized
 
 log = logging.getLogger(__name__)
 
 _OCTAL = re.compile(rb"\\([0-7]{3})")
 STREAM_LIMIT = 64 * 1024 * 1024
+SUBSCRIBE_TIMEOUT_S = 5.0
+_LAYOUT_SIZE = re.compile(r"^[0-9a-f]{4},(\d+)x(\d+),")
 
 
 def decode_output(data: bytes) -> bytes:
@@ -38,6 +42,8 @@ class ControlClient:
         self._window_to_terminal: dict[str, str] = {}
         self._terminal_to_pane: dict[str, str] = {}
         self._reported_dead: set[str] = set()
+        # One callback per reply block we expect, in the order tmux answers (FIFO).
+        self._replies: deque[Callable[[list[bytes], bool], None]] = deque()
         self.alive = False
 
     def watch(self, pane_id: str, terminal_id: str, window_id: str) -> None:
@@ -60,11 +66,50 @@ class ControlClient:
             stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE,
             stderr=asyncio.subprocess.DEVNULL, env=env, limit=STREAM_LIMIT)
         self.alive = True
-        assert self.proc.stdin is not None
-        # Pane deaths arrive as subscription changes (tmux checks them about once a second).
-        self.proc.stdin.write(b"refresh-client -B 'cao-dead:%*:#{pane_dead} #{pane_dead_status}'\n")
-        await self.proc.stdin.drain()
+        self._subscribed = asyncio.Event()
         self._reader = asyncio.get_running_loop().create_task(self._read(), name="tmux-control")
+        try:
+            await asyncio.wait_for(self._subscribed.wait(), SUBSCRIBE_TIMEOUT_S)
+        except asyncio.TimeoutError:
+            log.error("tmux control client did not attach within %ss; pane deaths will go unseen",
+                      SUBSCRIBE_TIMEOUT_S)
+
+    def _subscribe(self) -> None:
+        """Pane deaths arrive as subscription changes (tmux checks them about once a second).
+
+        Sent only once the client is attached: before that tmux answers "no current client".
+        """
+        self._send("refresh-client -B 'cao-dead:%*:#{pane_dead} #{pane_dead_status}'",
+                   lambda lines, ok: ok or log.error("tmux refused the pane subscription: %s", lines))
+        self._subscribed.set()
+
+    def _send(self, command_line: str, *on_reply: Callable[[list[bytes], bool], None]) -> None:
+        """Write one command line; `on_reply` gets each of its reply blocks in turn."""
+        assert self.proc is not None and self.proc.stdin is not None
+        self._replies.extend(on_reply)
+        self.proc.stdin.write(command_line.encode() + b"\n")
+
+    def request_snapshot(self, terminal_id: str) -> bool:
+        """Ask tmux for the pane's screen; it is published as a ScreenSnapshot at the
+        point of the output stream where tmux took it, so no byte is lost or doubled."""
+        pane = self._terminal_to_pane.get(terminal_id)
+        if pane is None or not self.alive:
+            return False
+        captured: list[bytes] = []
+
+        def on_capture(lines: list[bytes], ok: bool) -> None:
+            captured.extend(lines if ok else [])
+
+        def on_cursor(lines: list[bytes], ok: bool) -> None:
+            parts = lines[0].split() if ok and lines else []
+            x, y = (int(parts[0]), int(parts[1])) if len(parts) == 2 and all(p.isdigit() for p in parts) else (0, 0)
+            if ok:
+                text = b"\n".join(captured).decode("utf-8", "replace")
+                self.bus.publish(ScreenSnapshot(terminal_id, text, x, y))
+
+        self._send(f"capture-pane -p -e -t {pane} ; display-message -p -t {pane} '#{{cursor_x}} #{{cursor_y}}'",
+                   on_capture, on_cursor)
+        return True
 
     async def stop(self) -> None:
         self.alive = False
@@ -84,6 +129,9 @@ class ControlClient:
         assert self.proc is not None and self.proc.stdout is not None
         stdout = self.proc.stdout
         in_block = False
+        ours = False  # the block answers a command of ours (flags 1), not the attach
+        block: list[bytes] = []
+        block_id = b""
         try:
             while True:
                 line = await stdout.readline()
@@ -91,17 +139,29 @@ class ControlClient:
                     break
                 line = line.rstrip(b"\n")
                 if in_block:
-                    if line.startswith((b"%end ", b"%error ")):
+                    # Only the exact closing line ends a block: block content is pane
+                    # text, which may itself contain "%end …".
+                    if line in (b"%end " + block_id, b"%error " + block_id):
                         in_block = False
+                        if ours and self._replies:
+                            self._replies.popleft()(block, line.startswith(b"%end "))
+                        block = []
+                    elif ours:
+                        block.append(line)
                     continue
                 if line.startswith(b"%output "):
                     self._on_output(line)
                 elif line.startswith(b"%begin "):
-                    in_block = True
+                    block_id = line[len(b"%begin "):]
+                    in_block, ours = True, line.endswith(b" 1")
+                elif line.startswith(b"%session-changed ") and not self._subscribed.is_set():
+                    self._subscribe()
                 elif line.startswith(b"%subscription-changed "):
                     self._on_subscription(line)
                 elif line.startswith((b"%window-close ", b"%unlinked-window-close ")):
                     self._on_window_close(line)
+                elif line.startswith(b"%layout-change "):
+                    self._on_layout(line)
                 elif line.startswith(b"%exit"):
                     break
         except asyncio.CancelledError:
@@ -132,6 +192,14 @@ class ControlClient:
         self._reported_dead.add(terminal_id)
         code = int(value[1]) if len(value) > 1 and value[1].lstrip("-").isdigit() else None
         self.bus.publish(TerminalExited(terminal_id, exit_code=code))
+
+    def _on_layout(self, line: bytes) -> None:
+        # %layout-change @W <layout> <visible layout> <flags>; layout = "csum,WxH,x,y,…"
+        parts = line.decode(errors="replace").split(" ")
+        terminal_id = self._window_to_terminal.get(parts[1]) if len(parts) > 2 else None
+        size = _LAYOUT_SIZE.match(parts[2]) if terminal_id else None
+        if terminal_id and size:
+            self.bus.publish(TerminalResized(terminal_id, int(size.group(1)), int(size.group(2))))
 
     def _on_window_close(self, line: bytes) -> None:
         window = line.split(b" ")[1].decode()

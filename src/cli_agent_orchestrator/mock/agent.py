@@ -409,7 +409,9 @@ class MockAgent:
                 text = turn.text if turn.text is not None else compute_reply(turn.message)
                 out += render_reply(text)
             except Exception as exc:  # a scripted brain failing is an agent error, not a crash
-                out += "✗ Error: " + visible(f"{type(exc).__name__}: {exc}").replace("\n", " ")
+                # A brain may word its own error row (mock/brain.py: "<tool> failed: ...").
+                detail = getattr(exc, "error_text", None) or f"{type(exc).__name__}: {exc}"
+                out += "✗ Error: " + visible(str(detail)).replace("\n", " ")
         self.out(out + "\r\n" + self._input_area(fresh=True))
 
     def _answer(self) -> None:
@@ -454,6 +456,21 @@ def _exit_on_signal(signum: int, frame: FrameType | None) -> None:
     raise SystemExit(0)
 
 
+def _install_brain(agent: MockAgent) -> None:
+    """Replace compute_reply with the scripted brain when rules are configured (mock/brain.py)."""
+    global compute_reply
+    from .brain import brain_from_env
+
+    def heartbeat() -> None:
+        # Tool calls block this loop; keep the indicator moving so the pane looks (and is) busy.
+        agent._spin += 1
+        agent.out(agent._indicator())
+
+    brain = brain_from_env(os.environ, compute_reply, heartbeat)
+    if brain is not None:
+        compute_reply = brain
+
+
 def main() -> int:
     fd_in, fd_out = sys.stdin.fileno(), sys.stdout.fileno()
     saved = termios.tcgetattr(fd_in) if os.isatty(fd_in) else None
@@ -462,6 +479,7 @@ def main() -> int:
     record = os.environ.get("CAO_MOCK_RECORD") or None
     agent = MockAgent(fd_in, fd_out, os.environ.get("CAO_MOCK_PROFILE") or "mock",
                       _env_ms("CAO_MOCK_DELAY_MS", 50), record)
+    _install_brain(agent)
     try:
         if saved is not None:
             tty.setraw(fd_in)  # also turns off ISIG: Ctrl-C arrives as a byte

@@ -12,6 +12,7 @@ soft wraps do not exist.
 """
 from __future__ import annotations
 
+import json
 import sys
 from collections.abc import Mapping
 
@@ -31,13 +32,17 @@ _BANNER = "MockCli ready."
 
 def build_launch(ctx: LaunchContext) -> Launch:
     env = {"CAO_MOCK_PROFILE": ctx.profile_name}
+    if ctx.mcp_server_argv:  # the scripted brain (mock/brain.py) starts cao-mcp-server with this
+        env["CAO_MOCK_MCP_COMMAND"] = json.dumps(ctx.mcp_server_argv)
     # Profile frontmatter `mock: {delay_ms: 200, record: /tmp/x}` -> CAO_MOCK_DELAY_MS=200 ...
+    # Structured values (`rules: [...]`) travel as JSON. Launch env goes on top of the
+    # server's, so a profile's values win over the server's CAO_MOCK_* settings.
     extra = ctx.profile_extra.get("mock", {})
     if isinstance(extra, Mapping):
         for key, value in extra.items():
             name = str(key).upper()
             if name.replace("_", "").isalnum() and name.isascii():
-                env[f"CAO_MOCK_{name}"] = str(value)
+                env[f"CAO_MOCK_{name}"] = json.dumps(value) if isinstance(value, (list, dict)) else str(value)
     return Launch(argv=[sys.executable, "-m", "cli_agent_orchestrator.mock.agent"], env=env)
 
 

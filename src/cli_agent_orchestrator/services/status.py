@@ -16,12 +16,13 @@ from __future__ import annotations
 import asyncio
 import logging
 from dataclasses import dataclass, field
-from typing import Awaitable, Callable
+from typing import Callable
 
 import pyte
 
 from ..bus import EventBus
-from ..events import Event, InputSubmitted, StatusChanged, TerminalExited, TerminalOutput, TerminalRemoved
+from ..events import (Event, InputSubmitted, ScreenSnapshot, StatusChanged, TerminalExited, TerminalOutput,
+                      TerminalRemoved, TerminalResized)
 from ..models import TerminalStatus
 from ..providers.base import Provider, Screen
 from ..store import Store
@@ -52,9 +53,10 @@ class StatusMonitor:
         self.bus = bus
         self.store = store
         self._terms: dict[str, _Watched] = {}
-        self.needs_reseed: set[str] = set()  # filled on drops
-        # Set by the composition root: reads a pane's visible screen (with escapes) and cursor.
-        self.capture_screen: Callable[[str], Awaitable[tuple[str, tuple[int, int] | None]]] | None = None
+        # Set by the composition root: asks the output source for a ScreenSnapshot,
+        # which arrives in stream order (backend.request_snapshot).
+        self.request_snapshot: Callable[[str], bool] | None = None
+        self._snapshot_pending: set[str] = set()
 
     # --- registration -----------------------------------------------------------
     def watch(self, terminal_id: str, provider: Provider, width: int = 220, height: int = 50,
@@ -65,13 +67,11 @@ class StatusMonitor:
     def forget(self, terminal_id: str) -> None:
         self._terms.pop(terminal_id, None)
 
-    def seed_screen(self, terminal_id: str, captured: str, cursor: tuple[int, int] | None) -> None:
-        """Re-create a screen from a capture (after a restart) and read it afresh."""
-        term = self._terms.get(terminal_id)
-        if term is None:
-            return
-        _load_screen(term, captured, cursor)
-        self._schedule(terminal_id, term)
+    def resync(self, terminal_id: str) -> None:
+        """Our copy of the screen may be stale (drops, resize, restart): re-read it from tmux."""
+        if terminal_id in self._terms and terminal_id not in self._snapshot_pending and self.request_snapshot:
+            if self.request_snapshot(terminal_id):
+                self._snapshot_pending.add(terminal_id)
 
     # --- queries ----------------------------------------------------------------
     def status(self, terminal_id: str) -> TerminalStatus | None:
@@ -108,11 +108,30 @@ class StatusMonitor:
             await self.on_exited(event)
         elif isinstance(event, TerminalRemoved):
             self.on_removed(event)
+        elif isinstance(event, TerminalResized):
+            self.on_resized(event)
+        elif isinstance(event, ScreenSnapshot):
+            self.on_snapshot(event)
+
+    def on_snapshot(self, event: ScreenSnapshot) -> None:
+        self._snapshot_pending.discard(event.terminal_id)
+        term = self._terms.get(event.terminal_id)
+        if term is not None:
+            _load_screen(term, event.text, (event.cursor_x, event.cursor_y))
+            self._schedule(event.terminal_id, term)
+
+    def on_resized(self, event: TerminalResized) -> None:
+        """Keep the emulator's geometry equal to the pane's, then re-read the screen."""
+        term = self._terms.get(event.terminal_id)
+        if term is None or (term.screen.columns, term.screen.lines) == (event.width, event.height):
+            return
+        term.screen.resize(event.height, event.width)
+        self.resync(event.terminal_id)
 
     def on_dropped(self, event: Event) -> None:
         """Output was dropped under back-pressure: this screen is no longer exact."""
-        if isinstance(event, TerminalOutput) and event.terminal_id in self._terms:
-            self.needs_reseed.add(event.terminal_id)
+        if isinstance(event, TerminalOutput):
+            self.resync(event.terminal_id)
 
     def on_output(self, event: Event) -> None:
         assert isinstance(event, TerminalOutput)
@@ -159,14 +178,6 @@ class StatusMonitor:
         if term is None or term.exited:
             return
         term.dirty = False
-        if terminal_id in self.needs_reseed and self.capture_screen is not None:
-            self.needs_reseed.discard(terminal_id)
-            try:
-                captured, cursor = await self.capture_screen(terminal_id)
-            except Exception:
-                log.exception("could not re-read the screen of %s", terminal_id)
-            else:
-                _load_screen(term, captured, cursor)
         try:
             reading = term.provider.read_status(_render(term.screen))
         except Exception:

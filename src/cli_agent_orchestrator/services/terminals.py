@@ -265,10 +265,6 @@ class TerminalService:
             raise Conflict(f"terminal {terminal_id} has no reply to extract yet (status {term.status})")
         return reply
 
-    async def capture_screen(self, terminal_id: str) -> tuple[str, tuple[int, int] | None]:
-        window_id = await self.window(terminal_id)
-        return (await self.backend.capture(window_id, escapes=True), await self.backend.cursor(window_id))
-
     async def working_directory(self, terminal_id: str) -> str | None:
         return await self.backend.current_path(await self.window(terminal_id))
 
@@ -340,9 +336,7 @@ class TerminalService:
                 await self.monitor.set_external(term.id, TerminalStatus.ERROR, "restart",
                                                 f"the agent process exited (code {info.exit_code})")
             else:
-                captured = await self.backend.capture(info.window_id, escapes=True)
-                cursor = await self.backend.cursor(info.window_id)
-                self.monitor.seed_screen(term.id, captured, cursor)
+                self.monitor.resync(term.id)
             adopted.append(term.id)
         return {"adopted": adopted, "gone": gone}
 

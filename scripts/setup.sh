@@ -1,0 +1,36 @@
+#!/usr/bin/env bash
+# Set up a development environment in .venv: Python >= 3.11, tmux, and the pinned
+# dependencies (pyproject.toml). Safe to run again; it only installs what changed.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+if ! command -v tmux >/dev/null 2>&1; then
+  echo "cao needs tmux. Install it first:" >&2
+  echo "  Debian/Ubuntu: sudo apt-get install tmux    Fedora: sudo dnf install tmux    macOS: brew install tmux" >&2
+  exit 1
+fi
+
+PY=${PYTHON:-}
+if [ -z "$PY" ]; then
+  for candidate in python3.11 python3.12 python3.13 python3; do
+    if command -v "$candidate" >/dev/null 2>&1 &&
+       "$candidate" -c 'import sys; sys.exit(0 if sys.version_info >= (3, 11) else 1)' 2>/dev/null; then
+      PY=$candidate
+      break
+    fi
+  done
+fi
+if [ -z "$PY" ]; then
+  echo "cao needs Python 3.11 or newer (set PYTHON=/path/to/python3.11)." >&2
+  exit 1
+fi
+
+if [ ! -x .venv/bin/python ]; then
+  "$PY" -m venv .venv
+fi
+stamp=.venv/.cao-installed
+if [ ! -f "$stamp" ] || [ pyproject.toml -nt "$stamp" ]; then
+  .venv/bin/python -m pip install --quiet --upgrade pip
+  .venv/bin/python -m pip install --quiet -e '.[test]'
+  touch "$stamp"
+fi
