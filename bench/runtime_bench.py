@@ -12,78 +12,15 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import queue
-import signal
-import socket
 import statistics
-import subprocess
 import sys
-import tempfile
-import threading
 import time
 from pathlib import Path
 
-import httpx
 import psutil
 
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-class Server:
-    def __init__(self, think_ms: int):
-        self.home = Path(tempfile.mkdtemp(prefix="cao-bench-"))
-        self.port = free_port()
-        self.env = {**os.environ, "CAO_HOME_DIR": str(self.home), "CAO_API_PORT": str(self.port),
-                    "TMUX_TMPDIR": str(self.home), "CAO_MOCK_DELAY_MS": str(think_ms)}
-        self.env.pop("TMUX", None)
-        self.proc = subprocess.Popen([sys.executable, "-m", "cli_agent_orchestrator.cli.server",
-                                      "--log-level", "warning"], env=self.env,
-                                     stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-        self.http = httpx.Client(base_url=f"http://127.0.0.1:{self.port}", timeout=60)
-        deadline = time.monotonic() + 20
-        while time.monotonic() < deadline:
-            try:
-                if self.http.get("/health").status_code == 200:
-                    break
-            except httpx.HTTPError:
-                time.sleep(0.05)
-        self.socket = self.http.get("/health").json()["tmux_socket"]
-        self.events: "queue.Queue[tuple[float, dict]]" = queue.Queue()
-        threading.Thread(target=self._follow, daemon=True).start()
-        time.sleep(0.3)  # let the SSE subscription register before measuring
-
-    def _follow(self) -> None:
-        with httpx.Client(base_url=f"http://127.0.0.1:{self.port}", timeout=None) as c:
-            with c.stream("GET", "/events", params={"pattern": "terminal.*.status"}) as resp:
-                for line in resp.iter_lines():
-                    if line.startswith("data: "):
-                        self.events.put((time.perf_counter(), json.loads(line[6:])))
-
-    def wait_event(self, terminal_id: str, status: str, timeout: float = 30) -> float:
-        deadline = time.monotonic() + timeout
-        while True:
-            t, ev = self.events.get(timeout=max(0.01, deadline - time.monotonic()))
-            if ev["terminal_id"] == terminal_id and ev["status"] == status:
-                return t
-
-    def drain(self) -> None:
-        while not self.events.empty():
-            self.events.get_nowait()
-
-    def tmux(self, *args: str) -> None:
-        subprocess.run(["tmux", "-L", self.socket, *args], env=self.env, check=True)
-
-    def close(self) -> None:
-        self.proc.send_signal(signal.SIGTERM)
-        try:
-            self.proc.wait(15)
-        except subprocess.TimeoutExpired:
-            self.proc.kill()
-        subprocess.run(["tmux", "-L", self.socket, "kill-server"], env=self.env, capture_output=True)
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from _harness import Server  # noqa: E402
 
 
 def spawn(server: Server, profile: str = "developer") -> tuple[float, dict]:

@@ -53,6 +53,18 @@ class TmuxBackend:
         return [self.binary or "tmux", "-L", self.socket_name]
 
     async def run(self, *args: str, input_bytes: bytes | None = None, check: bool = True) -> str:
+        control = self._control
+        if (input_bytes is None and control is not None and control.alive
+                and not any("\n" in a or "\r" in a for a in args)):
+            ok, out = await control.command(list(args))
+            if check and not ok:
+                raise BackendError(f"tmux {args[0]} failed: {out.strip()}")
+            return out + "\n" if out else out
+        return await self._run_process(*args, input_bytes=input_bytes, check=check)
+
+    async def _run_process(self, *args: str, input_bytes: bytes | None = None, check: bool = True) -> str:
+        """A tmux client process: for the first command (no control client yet) and
+        for commands that read stdin (load-buffer)."""
         env = dict(os.environ)
         env.pop("TMUX", None)  # we address our own server by -L, never the caller's
         proc = await asyncio.create_subprocess_exec(
@@ -193,12 +205,11 @@ class TmuxBackend:
         return list(seen.values())
 
     async def session_exists(self, session_name: str) -> bool:
-        env = dict(os.environ)
-        env.pop("TMUX", None)
-        proc = await asyncio.create_subprocess_exec(
-            *self.base_argv(), "has-session", "-t", f"={session_name}",
-            stdout=asyncio.subprocess.DEVNULL, stderr=asyncio.subprocess.DEVNULL, env=env)
-        return await proc.wait() == 0
+        try:
+            await self.run("has-session", "-t", f"={session_name}")
+        except BackendError:
+            return False
+        return True
 
     async def list_sessions(self) -> list[tuple[str, bool]]:
         out = await self.run("list-sessions", "-F", "#{session_name}\t#{session_attached}", check=False)

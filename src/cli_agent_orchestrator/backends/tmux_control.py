@@ -23,7 +23,14 @@ log = logging.getLogger(__name__)
 _OCTAL = re.compile(rb"\\([0-7]{3})")
 STREAM_LIMIT = 64 * 1024 * 1024
 SUBSCRIBE_TIMEOUT_S = 5.0
+MAX_ORPHAN_PANES = 64
+MAX_ORPHAN_BYTES = 256 * 1024
 _LAYOUT_SIZE = re.compile(r"^[0-9a-f]{4},(\d+)x(\d+),")
+
+
+def quote(arg: str) -> str:
+    """Quote one argument for tmux's command parser: single quotes keep $, ~, ;, # literal."""
+    return "'" + arg.replace("'", "'\\''") + "'"
 
 
 def decode_output(data: bytes) -> bytes:
@@ -44,9 +51,15 @@ class ControlClient:
         self._reported_dead: set[str] = set()
         # One callback per reply block we expect, in the order tmux answers (FIFO).
         self._replies: deque[Callable[[list[bytes], bool], None]] = deque()
+        self._orphans: dict[str, bytearray] = {}  # output of panes not (yet) watched
         self.alive = False
 
     def watch(self, pane_id: str, terminal_id: str, window_id: str) -> None:
+        # Output that arrived before we knew the pane (it can beat the reply to the
+        # command that created it) is published first, so nothing is lost or reordered.
+        early = self._orphans.pop(pane_id, None)
+        if early:
+            self.bus.publish(TerminalOutput(terminal_id, bytes(early)))
         self._pane_to_terminal[pane_id] = terminal_id
         self._window_to_terminal[window_id] = terminal_id
         self._terminal_to_pane[terminal_id] = pane_id
@@ -88,6 +101,24 @@ class ControlClient:
         assert self.proc is not None and self.proc.stdin is not None
         self._replies.extend(on_reply)
         self.proc.stdin.write(command_line.encode() + b"\n")
+
+    async def command(self, args: list[str]) -> tuple[bool, str]:
+        """Run a tmux command list (tokens; ";" separates commands) over this
+        connection: no process per command. Returns (all succeeded, output)."""
+        count = 1 + sum(1 for a in args if a == ";")
+        future: asyncio.Future[tuple[bool, str]] = asyncio.get_running_loop().create_future()
+        outputs: list[bytes] = []
+        status = {"ok": True, "left": count}
+
+        def on_block(lines: list[bytes], ok: bool) -> None:
+            outputs.extend(lines)
+            status["ok"] = status["ok"] and ok
+            status["left"] -= 1
+            if status["left"] == 0 and not future.done():
+                future.set_result((bool(status["ok"]), b"\n".join(outputs).decode("utf-8", "replace")))
+
+        self._send(" ".join(a if a == ";" else quote(a) for a in args), *([on_block] * count))
+        return await future
 
     def request_snapshot(self, terminal_id: str) -> bool:
         """Ask tmux for the pane's screen; it is published as a ScreenSnapshot at the
@@ -169,15 +200,24 @@ class ControlClient:
         except Exception:  # the reader must report, not die silently
             log.exception("tmux control client reader failed")
         finally:
+            while self._replies:  # nobody will answer these now
+                self._replies.popleft()([b"tmux control client ended"], False)
             if self.alive:
                 log.warning("tmux control client ended; terminals of this tmux server are unwatched")
             self.alive = False
 
     def _on_output(self, line: bytes) -> None:
         _, pane, data = (line.split(b" ", 2) + [b""])[:3]
-        terminal_id = self._pane_to_terminal.get(pane.decode())
-        if terminal_id is not None and data:
+        pane_id = pane.decode()
+        terminal_id = self._pane_to_terminal.get(pane_id)
+        if not data:
+            return
+        if terminal_id is not None:
             self.bus.publish(TerminalOutput(terminal_id, decode_output(data)))
+        elif pane_id in self._orphans or len(self._orphans) < MAX_ORPHAN_PANES:
+            buf = self._orphans.setdefault(pane_id, bytearray())
+            if len(buf) < MAX_ORPHAN_BYTES:
+                buf += decode_output(data)
 
     def _on_subscription(self, line: bytes) -> None:
         # %subscription-changed NAME $S @W IDX %P : VALUE

@@ -54,17 +54,24 @@ class CaoApi:
     def __init__(self, base_url: str, timeout: float):
         self.base_url = base_url
         self.timeout = timeout
+        self._client: httpx.AsyncClient | None = None
+
+    def _http(self) -> httpx.AsyncClient:
+        # One client for the process: building an httpx client costs tens of
+        # milliseconds (TLS context), more than the call it would serve. The MCP
+        # server runs a single event loop, so the client never changes loops.
+        # trust_env=False: cao-server is addressed directly; a corporate
+        # HTTP(S)_PROXY must not swallow localhost calls.
+        if self._client is None:
+            self._client = httpx.AsyncClient(base_url=self.base_url, trust_env=False)
+        return self._client
 
     async def request(self, method: str, path: str, *, params: dict[str, Any] | None = None,
                       json: Any = None, timeout: float | None = None) -> ApiResponse:
-        # A client per call: tool calls are rare and slow compared with a TCP connect, and it
-        # keeps the object free of event-loop affinity. trust_env=False because cao-server is
-        # addressed directly; a corporate HTTP(S)_PROXY must not swallow localhost calls.
         limit = self.timeout if timeout is None else timeout
         query = {k: v for k, v in (params or {}).items() if v is not None}
         try:
-            async with httpx.AsyncClient(base_url=self.base_url, timeout=limit, trust_env=False) as client:
-                resp = await client.request(method, path, params=query, json=json)
+            resp = await self._http().request(method, path, params=query, json=json, timeout=limit)
         except httpx.TimeoutException:
             return ApiResponse(0, None, f"no answer from cao-server within {limit:.0f}s", timed_out=True)
         except httpx.HTTPError as exc:

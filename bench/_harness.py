@@ -1,0 +1,85 @@
+"""Shared by the benchmarks: a private cao-server (temporary home, free port, own
+tmux socket) with an SSE follower that timestamps every event as it arrives."""
+from __future__ import annotations
+
+import json
+import os
+import queue
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+import httpx
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class Server:
+    def __init__(self, think_ms: int, pattern: str = "terminal.*.status"):
+        self.home = Path(tempfile.mkdtemp(prefix="cao-bench-"))
+        self.port = free_port()
+        self.env = {**os.environ, "CAO_HOME_DIR": str(self.home), "CAO_API_PORT": str(self.port),
+                    "TMUX_TMPDIR": str(self.home), "CAO_MOCK_DELAY_MS": str(think_ms)}
+        self.env.pop("TMUX", None)
+        self.proc = subprocess.Popen([sys.executable, "-m", "cli_agent_orchestrator.cli.server",
+                                      "--log-level", "warning"], env=self.env,
+                                     stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        self.http = httpx.Client(base_url=f"http://127.0.0.1:{self.port}", timeout=60)
+        deadline = time.monotonic() + 20
+        while time.monotonic() < deadline:
+            try:
+                if self.http.get("/health").status_code == 200:
+                    break
+            except httpx.HTTPError:
+                time.sleep(0.05)
+        self.socket = self.http.get("/health").json()["tmux_socket"]
+        self.pattern = pattern
+        self.events: "queue.Queue[tuple[float, dict]]" = queue.Queue()
+        self.connected = threading.Event()
+        threading.Thread(target=self._follow, daemon=True).start()
+        if not self.connected.wait(10):
+            raise SystemExit("could not follow /events")
+
+    def _follow(self) -> None:
+        with httpx.Client(base_url=f"http://127.0.0.1:{self.port}", timeout=None) as c:
+            with c.stream("GET", "/events", params={"pattern": self.pattern}) as resp:
+                for line in resp.iter_lines():
+                    self.connected.set()  # the server sends ": connected" once subscribed
+                    if line.startswith("data: "):
+                        self.events.put((time.perf_counter(), json.loads(line[6:])))
+
+    def wait_event(self, terminal_id: str, status: str, timeout: float = 30) -> float:
+        return self.wait_for(lambda ev: ev.get("terminal_id") == terminal_id and ev.get("status") == status,
+                             timeout)[0]
+
+    def wait_for(self, predicate, timeout: float = 30) -> tuple[float, dict]:
+        """The arrival time and body of the first event satisfying `predicate`."""
+        deadline = time.monotonic() + timeout
+        while True:
+            t, ev = self.events.get(timeout=max(0.01, deadline - time.monotonic()))
+            if predicate(ev):
+                return t, ev
+
+    def drain(self) -> None:
+        while not self.events.empty():
+            self.events.get_nowait()
+
+    def tmux(self, *args: str) -> None:
+        subprocess.run(["tmux", "-L", self.socket, *args], env=self.env, check=True)
+
+    def close(self) -> None:
+        self.proc.send_signal(signal.SIGTERM)
+        try:
+            self.proc.wait(15)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+        subprocess.run(["tmux", "-L", self.socket, "kill-server"], env=self.env, capture_output=True)

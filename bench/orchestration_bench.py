@@ -1,0 +1,141 @@
+#!/usr/bin/env python3
+"""Orchestration benchmark (issue 3): handoff round trip through the MCP tool,
+assign return time, inbox POST → text on the receiver's screen, and 20 parallel
+assigns until all 20 callbacks are in the supervisor's inbox.
+
+Starts its own cao-server; the MCP calls go through a real `cao-mcp-server`
+process driven by the official MCP client SDK; workers are mock agents that
+answer instantly (think time 0).
+
+    python bench/orchestration_bench.py [--rounds 10] [--parallel 20]
+"""
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import shutil
+import statistics
+import sys
+import time
+from pathlib import Path
+
+from mcp.client.session import ClientSession
+from mcp.client.stdio import StdioServerParameters, stdio_client
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from _harness import Server  # noqa: E402
+
+WORKER = """---
+name: bench_worker
+provider: mock_cli
+mock:
+  delay_ms: 0
+  rules:
+    - match: 'Job (\\d+)'
+      steps:
+        - tool: send_message
+          args: {message: "done {g1}"}
+      reply: "sent {g1}"
+---
+"""
+INSTANT = "---\nname: instant\nprovider: mock_cli\nmock: {delay_ms: 0}\n---\n"
+
+
+def mcp_params(env: dict[str, str], caller: str) -> StdioServerParameters:
+    exe = shutil.which("cao-mcp-server", path=str(Path(sys.executable).parent))
+    argv = [exe] if exe else [sys.executable, "-m", "cli_agent_orchestrator.mcp_server.server"]
+    return StdioServerParameters(command=argv[0], args=argv[1:], env={**env, "CAO_TERMINAL_ID": caller})
+
+
+async def call(session: ClientSession, tool: str, **args) -> dict:
+    result = await session.call_tool(tool, args, read_timeout_seconds=120)
+    return result.structured_content or {}
+
+
+async def run(server: Server, rounds: int, parallel: int) -> dict:
+    store = server.home / "agent-store"
+    store.mkdir(exist_ok=True)
+    (store / "bench_worker.md").write_text(WORKER)
+    (store / "instant.md").write_text(INSTANT)
+    sup = server.http.post("/sessions", params={"agent_profile": "instant", "provider": "mock_cli"}).json()
+    results: dict = {}
+    async with stdio_client(mcp_params(server.env, sup["id"])) as (read, write), \
+            ClientSession(read, write) as session:
+        await session.initialize()
+        handoffs = []
+        for i in range(rounds):
+            t0 = time.perf_counter()
+            out = await call(session, "handoff", agent_profile="instant", message=f"quick {i}")
+            handoffs.append((time.perf_counter() - t0) * 1000)
+            assert out.get("success") and out["output"] == f"MOCK: quick {i}", out
+        results["handoff_round_trip_ms"] = [round(x, 1) for x in handoffs]
+
+        assigns, workers = [], []
+        for i in range(rounds):
+            t0 = time.perf_counter()
+            out = await call(session, "assign", agent_profile="instant", message=f"async {i}")
+            assigns.append((time.perf_counter() - t0) * 1000)
+            workers.append(out["terminal_id"])
+        results["assign_return_ms"] = [round(x, 1) for x in assigns]
+        for tid in workers:
+            await call(session, "delete_terminal", terminal_id=tid)
+
+        # Inbox POST → the text shows up in an idle receiver's output.
+        receiver = server.http.post("/sessions", params={"agent_profile": "instant", "provider": "mock_cli"}).json()
+        visible = []
+        for i in range(rounds):
+            token = f"inbox-token-{i}-{time.time_ns()}"
+            server.drain()
+            t0 = time.perf_counter()
+            server.http.post(f"/terminals/{receiver['id']}/inbox/messages",
+                             json={"sender_id": "bench", "message": token}).raise_for_status()
+            t1, _ = server.wait_for(lambda ev: ev.get("type") == "TerminalOutput"
+                                    and ev["terminal_id"] == receiver["id"] and token in ev["data"])
+            visible.append((t1 - t0) * 1000)
+            server.wait_event(receiver["id"], "completed")
+        results["inbox_post_to_visible_ms"] = [round(x, 1) for x in visible]
+
+        # N parallel assigns; each worker calls back with send_message.
+        server.drain()
+        t0 = time.perf_counter()
+        outs = await asyncio.gather(*(call(session, "assign", agent_profile="bench_worker", message=f"Job {i}")
+                                      for i in range(parallel)))
+        ids = {o["terminal_id"] for o in outs}
+        got: set[str] = set()
+        while len(got) < parallel:
+            _, ev = server.wait_for(lambda ev: ev.get("type") == "InboxQueued" and ev["receiver_id"] == sup["id"],
+                                    timeout=120)
+            if ev["sender_id"] in ids:
+                got.add(ev["sender_id"])
+                print(f"  callback {len(got)}/{parallel} after {time.perf_counter() - t0:.1f}s", file=sys.stderr)
+        results[f"parallel_{parallel}_assigns_all_callbacks_s"] = round(time.perf_counter() - t0, 2)
+    return results
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--rounds", type=int, default=10)
+    ap.add_argument("--parallel", type=int, default=20)
+    args = ap.parse_args()
+    server = Server(0, pattern="#")
+    try:
+        results = asyncio.run(run(server, args.rounds, args.parallel))
+    finally:
+        server.close()
+    rows = [("handoff round trip via MCP, median ms", statistics.median(results["handoff_round_trip_ms"]), "< 300"),
+            ("assign return via MCP, median ms", statistics.median(results["assign_return_ms"]), "< 50"),
+            ("inbox POST → text visible, median ms", statistics.median(results["inbox_post_to_visible_ms"]), "< 50"),
+            (f"{args.parallel} parallel assigns → all callbacks in inbox, s",
+             results[f"parallel_{args.parallel}_assigns_all_callbacks_s"], "")]
+    width = max(len(r[0]) for r in rows)
+    for name, value, target in rows:
+        print(f"{name:<{width}}  {round(value, 1):>8}  {target}")
+    out = Path(__file__).resolve().parent / "results"
+    out.mkdir(exist_ok=True)
+    (out / "orchestration.json").write_text(json.dumps(results, indent=2))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
