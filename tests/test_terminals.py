@@ -185,3 +185,15 @@ def test_status_survives_output_floods_with_a_tiny_event_queue(cao_factory):
     server.send(term["id"], "calm again")
     wait_until(lambda: server.client.get(f"/terminals/{term['id']}/output", params={"mode": "last"})
                .json().get("output") == "MOCK: calm again")
+
+
+def test_lost_enter_is_pressed_again_and_the_message_goes_in_once(cao_factory, tmp_path: Path):
+    record = tmp_path / "rec.jsonl"
+    # The mock drops the first two Enters, like a CLI whose prompt is not ready yet.
+    server = cao_factory(CAO_MOCK_RECORD=str(record), CAO_MOCK_DROP_ENTERS="2").start()
+    term = server.create_session()
+    server.send(term["id"], "needs three enters")
+    server.wait_status(term["id"], "completed", timeout=15)
+    assert read_records(record) == ["needs three enters"]
+    assert server.client.get(f"/terminals/{term['id']}/output", params={"mode": "last"}).json()["output"] == \
+        "MOCK: needs three enters"

@@ -161,6 +161,13 @@ def _env_ms(name: str, default: float) -> float:
         return default / 1000.0
 
 
+def _env_int(name: str) -> int:
+    try:
+        return max(int(os.environ.get(name, "0")), 0)
+    except ValueError:
+        return 0
+
+
 class MockAgent:
     """The interactive loop. States: "idle" (composer), "busy" (thinking), "asking"."""
 
@@ -183,6 +190,7 @@ class MockAgent:
         self._drawn: tuple[str, str] | None = None
         self._spin = 0
         self._next_spin = 0.0
+        self.drop_enters = _env_int("CAO_MOCK_DROP_ENTERS")
 
     # --- output -------------------------------------------------------------
     def out(self, text: str) -> None:
@@ -354,6 +362,10 @@ class MockAgent:
             self._interrupt()
 
     def _enter(self) -> None:
+        if self.state == "idle" and self.composer and self.drop_enters > 0:
+            # Imitates a CLI that is not ready yet and loses the Enter (CAO_MOCK_DROP_ENTERS).
+            self.drop_enters -= 1
+            return
         if self.state == "idle":
             self._submit()
         elif self.state == "asking":
