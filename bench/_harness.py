@@ -83,3 +83,13 @@ class Server:
         except subprocess.TimeoutExpired:
             self.proc.kill()
         subprocess.run(["tmux", "-L", self.socket, "kill-server"], env=self.env, capture_output=True)
+
+
+def report(rows: list[tuple[str, float, str]], results: dict, name: str) -> None:
+    """Print (measure, value, target) rows and write the raw figures to results/<name>.json."""
+    width = max(len(r[0]) for r in rows)
+    for label, value, target in rows:
+        print(f"{label:<{width}}  {round(value, 1):>8}  {target}")
+    out = Path(__file__).resolve().parent / "results"
+    out.mkdir(exist_ok=True)
+    (out / f"{name}.json").write_text(json.dumps(results, indent=2))

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import json
 import shutil
 import statistics
 import sys
@@ -24,7 +23,7 @@ from mcp.client.session import ClientSession
 from mcp.client.stdio import StdioServerParameters, stdio_client
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _harness import Server  # noqa: E402
+from _harness import Server, report  # noqa: E402
 
 WORKER = """---
 name: bench_worker
@@ -128,12 +127,7 @@ def main() -> int:
             ("inbox POST → text visible, median ms", statistics.median(results["inbox_post_to_visible_ms"]), "< 50"),
             (f"{args.parallel} parallel assigns → all callbacks in inbox, s",
              results[f"parallel_{args.parallel}_assigns_all_callbacks_s"], "")]
-    width = max(len(r[0]) for r in rows)
-    for name, value, target in rows:
-        print(f"{name:<{width}}  {round(value, 1):>8}  {target}")
-    out = Path(__file__).resolve().parent / "results"
-    out.mkdir(exist_ok=True)
-    (out / "orchestration.json").write_text(json.dumps(results, indent=2))
+    report(rows, results, "orchestration")
     return 0
 
 

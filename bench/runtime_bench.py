@@ -10,7 +10,6 @@ mock agents, prints a table and writes JSON to bench/results/runtime.json.
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import statistics
 import sys
@@ -20,7 +19,7 @@ from pathlib import Path
 import psutil
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _harness import Server  # noqa: E402
+from _harness import Server, report  # noqa: E402
 
 
 def spawn(server: Server, profile: str = "developer") -> tuple[float, dict]:
@@ -101,12 +100,7 @@ def main() -> int:
         rows.append((f"{key.split('_')[1]} idle terminals: server CPU % of one core",
                      results[key]["server_cpu_percent_of_one_core"], "< 2"))
         rows.append((f"{key.split('_')[1]} idle terminals: server RSS MB", results[key]["server_rss_mb"], ""))
-    width = max(len(r[0]) for r in rows)
-    for name, value, target in rows:
-        print(f"{name:<{width}}  {value:>8}  {target}")
-    out = Path(__file__).resolve().parent / "results"
-    out.mkdir(exist_ok=True)
-    (out / "runtime.json").write_text(json.dumps(results, indent=2))
+    report(rows, results, "runtime")
     return 0
 
 

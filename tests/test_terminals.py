@@ -175,7 +175,7 @@ def test_status_still_read_after_the_pane_is_resized(cao: CaoServer):
 def test_status_survives_output_floods_with_a_tiny_event_queue(cao_factory):
     server = cao_factory(CAO_EVENT_BUS_MAX_QUEUE_SIZE="2").start()
     term = server.create_session()
-    for n in range(3):
+    for _ in range(3):
         server.send(term["id"], "__mock_long_400")
         wait_until(lambda: server.client.get(f"/terminals/{term['id']}/output", params={"mode": "last"})
                    .json().get("output", "").endswith("MOCK: line 400 of 400"), timeout=20)

@@ -60,7 +60,7 @@ class Settings:
         try:
             port = int(port_raw)
         except ValueError:
-            raise SystemExit(f"CAO_API_PORT must be a number, got {port_raw!r}")
+            raise SystemExit(f"CAO_API_PORT must be a number, got {port_raw!r}") from None
         try:
             queue = max(1, int(os.environ.get("CAO_EVENT_BUS_MAX_QUEUE_SIZE", "1024")))
         except ValueError:
