@@ -16,7 +16,7 @@ import json
 import sys
 from collections.abc import Mapping
 
-from ..mock.agent import ANSWER_PROMPT, PROMPT, QUESTION_LINES, REPLY_MARK, SPINNER, THINKING
+from ..mock.screen import ANSWER_PROMPT, PROMPT, QUESTION_LINES, REPLY_MARK, SPINNER, THINKING
 from ..models import TerminalStatus
 from .base import Launch, LaunchContext, Provider, Screen, StatusReading
 
