@@ -136,6 +136,8 @@ def test_delete_saves_scrollback_and_restore_shows_it(cao: CaoServer):
     target = f"{restored['session_name']}:{restored['window_name']}"
     wait_until(lambda: "remember this line" in cao.tmux("capture-pane", "-p", "-S", "-", "-t", target).stdout,
                message="restored scrollback on screen")
+    again = cao.client.post(f"/terminals/{term['id']}/restore")  # a second restore gets its own window
+    assert again.status_code == 200 and again.json()["window_name"] != restored["window_name"]
 
 
 def test_session_create_list_get_delete(cao: CaoServer):

@@ -101,8 +101,8 @@ class InboxService:
     def _eager(self, receiver_id: str) -> bool:
         if not self.settings.eager_inbox_delivery:
             return False
-        watched = self.monitor._terms.get(receiver_id)  # noqa: SLF001 - provider capability lookup
-        return bool(watched and watched.provider.accepts_input_while_busy)
+        provider = self.monitor.provider_of(receiver_id)
+        return bool(provider and provider.accepts_input_while_busy)
 
     async def on_status(self, event: Event) -> None:
         assert isinstance(event, StatusChanged)

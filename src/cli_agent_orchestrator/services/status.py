@@ -89,6 +89,10 @@ class StatusMonitor:
         term = self._terms.get(terminal_id)
         return _render(term.screen) if term else None
 
+    def provider_of(self, terminal_id: str) -> Provider | None:
+        term = self._terms.get(terminal_id)
+        return term.provider if term else None
+
     def exited(self, terminal_id: str) -> bool:
         term = self._terms.get(terminal_id)
         return term is None or term.exited

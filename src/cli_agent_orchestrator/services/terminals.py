@@ -305,8 +305,11 @@ class TerminalService:
             raise NotFound(f"no saved scrollback for terminal {terminal_id}")
         snapshot = json.loads(snapshot_path.read_text()) if snapshot_path.is_file() else {}
         session = snapshot.get("session_name") or f"{SESSION_PREFIX}restored"
-        window = f"restored-{snapshot.get('window_name', terminal_id)}"[:64]
         new_session = not await self.backend.session_exists(session)
+        taken = {w.window_name for w in await self.backend.list_windows() if w.session_name == session}
+        base = f"restored-{snapshot.get('window_name', terminal_id)}"[:58]
+        window = next(name for n in range(1, 1000)
+                      if (name := base if n == 1 else f"{base}-{n}") not in taken)
         command = f"cat {_shquote(str(scrollback))}; exec /bin/sh"
         workdir = snapshot.get("working_directory")
         ref = await self.backend.create_window(terminal_id, session, window,
