@@ -5,8 +5,12 @@ honoured by tmux itself). Output comes from one control-mode client per tmux
 server (see tmux_control.py). A control client only sees windows of the session
 it is attached to, so every agent window is also linked into a hidden session,
 `_cao_monitor`; the link is made in the same tmux command as the window, so not
-one byte of output escapes the reader. Commands are run as short tmux client
-processes.
+one byte of output escapes the reader. Commands travel over the same
+connection; tmux client processes are used before it exists and for stdin.
+
+`CAO_OUTPUT_SOURCE=pipe-pane` selects the fallback source instead (tmux_pipe.py:
+pipe-pane into one FIFO per terminal); it carries no commands, so every command
+then runs as a tmux client process.
 """
 from __future__ import annotations
 
@@ -15,17 +19,21 @@ import logging
 import os
 import shutil
 import uuid
+from pathlib import Path
 
 from ..bus import EventBus
 from ..errors import BackendError
+from ..settings import Settings
 from .base import WindowInfo, WindowRef
 from .tmux_control import ControlClient
+from .tmux_pipe import PipePaneSource
 
 log = logging.getLogger(__name__)
 
 MONITOR_SESSION = "_cao_monitor"
 PANE_WIDTH, PANE_HEIGHT = 220, 50
 HISTORY_LIMIT = 100_000
+OUTPUT_SOURCES = ("control", "pipe-pane")
 _LIST_FORMAT = ("#{session_name}\t#{window_id}\t#{pane_id}\t#{window_name}\t#{pane_dead}\t"
                 "#{pane_dead_status}\t#{window_width}\t#{window_height}")
 
@@ -39,13 +47,26 @@ def tmux_missing_message() -> str:
 class TmuxBackend:
     name = "tmux"
 
-    def __init__(self, socket_name: str, bus: EventBus):
+    def __init__(self, socket_name: str, bus: EventBus, output_source: str | None = None,
+                 fifo_dir: Path | None = None):
+        """`output_source`/`fifo_dir` default to the environment (CAO_OUTPUT_SOURCE,
+        `<CAO_HOME_DIR>/fifos`), so the composition root need not pass them."""
         self.socket_name = socket_name
         self.bus = bus
         self.binary = shutil.which("tmux")
         if self.binary is None:
             raise BackendError(tmux_missing_message())
-        self._control: ControlClient | None = None
+        if output_source is None or fifo_dir is None:
+            settings = Settings.from_env()
+            output_source = settings.output_source if output_source is None else output_source
+            fifo_dir = settings.home_dir / "fifos" if fifo_dir is None else fifo_dir
+        kind = output_source.strip().lower() or "control"
+        if kind not in OUTPUT_SOURCES:
+            raise BackendError(f"unknown output source {output_source!r} (CAO_OUTPUT_SOURCE): "
+                               f"use 'control' (the default, tmux control mode) or 'pipe-pane'")
+        self.output_source = kind
+        self.fifo_dir = fifo_dir
+        self._source: ControlClient | PipePaneSource | None = None
         self._started = asyncio.Lock()
 
     # --- running tmux -----------------------------------------------------------
@@ -53,7 +74,8 @@ class TmuxBackend:
         return [self.binary or "tmux", "-L", self.socket_name]
 
     async def run(self, *args: str, input_bytes: bytes | None = None, check: bool = True) -> str:
-        control = self._control
+        # Only the control client carries commands; the pipe-pane source has none.
+        control = self._source if isinstance(self._source, ControlClient) else None
         if (input_bytes is None and control is not None and control.alive
                 and not any("\n" in a or "\r" in a for a in args)):
             ok, out = await control.command(list(args))
@@ -63,8 +85,8 @@ class TmuxBackend:
         return await self._run_process(*args, input_bytes=input_bytes, check=check)
 
     async def _run_process(self, *args: str, input_bytes: bytes | None = None, check: bool = True) -> str:
-        """A tmux client process: for the first command (no control client yet) and
-        for commands that read stdin (load-buffer)."""
+        """A tmux client process: for the first command (no control client yet), for
+        commands that read stdin (load-buffer) and for all of them with pipe-pane."""
         env = dict(os.environ)
         env.pop("TMUX", None)  # we address our own server by -L, never the caller's
         proc = await asyncio.create_subprocess_exec(
@@ -79,16 +101,19 @@ class TmuxBackend:
     # --- lifecycle --------------------------------------------------------------
     async def start(self) -> None:
         async with self._started:
-            if self._control is not None and self._control.alive:
+            if self._source is not None and self._source.alive:
                 return
             await self._ensure_server()
-            self._control = ControlClient(self.base_argv(), MONITOR_SESSION, self.bus)
-            await self._control.start()
+            if self.output_source == "pipe-pane":
+                self._source = PipePaneSource(self.base_argv(), self.fifo_dir, self.bus)
+            else:
+                self._source = ControlClient(self.base_argv(), MONITOR_SESSION, self.bus)
+            await self._source.start()
 
     async def stop(self) -> None:
-        if self._control is not None:
-            await self._control.stop()
-            self._control = None
+        if self._source is not None:
+            await self._source.stop()
+            self._source = None
 
     async def _ensure_server(self) -> None:
         if await self.session_exists(MONITOR_SESSION):
@@ -106,10 +131,10 @@ class TmuxBackend:
             "set-option", "-g", "automatic-rename", "off")
 
     @property
-    def control(self) -> ControlClient:
-        if self._control is None:
+    def source(self) -> ControlClient | PipePaneSource:
+        if self._source is None:
             raise BackendError("terminal backend not started")
-        return self._control
+        return self._source
 
     # --- windows ----------------------------------------------------------------
     async def create_window(self, terminal_id: str, session_name: str, window_name: str,
@@ -126,31 +151,37 @@ class TmuxBackend:
                       "-c", working_directory, "-e", f"CAO_TERMINAL_ID={terminal_id}", command]
         show = ["display-message", "-p", "-t", target, "#{window_id} #{pane_id}"]
         if watch:
-            # One tmux invocation: the window is linked into the monitor session
-            # before tmux reads the pane's first output.
-            out = await self.run(*create, ";", "link-window", "-d", "-s", target,
-                                 "-t", f"{MONITOR_SESSION}:", ";", *show)
+            # One tmux invocation: the window is linked into the monitor session (and,
+            # with pipe-pane, piped to its FIFO) before tmux reads the pane's first output.
+            source = self.source
+            pipe = [";", *source.pipe_args(terminal_id, target)] if isinstance(source, PipePaneSource) else []
+            try:
+                out = await self.run(*create, ";", "link-window", "-d", "-s", target,
+                                     "-t", f"{MONITOR_SESSION}:", *pipe, ";", *show)
+            except BackendError:
+                source.unwatch(terminal_id)  # drops a FIFO made for this window
+                raise
         else:
             out = await self.run(*create, ";", *show)
         window_id, pane_id = out.split()
         if watch:
-            self.control.watch(pane_id, terminal_id, window_id)
+            self.source.watch(pane_id, terminal_id, window_id)
         return WindowRef(window_id, pane_id)
 
     async def watch(self, terminal_id: str, window_id: str) -> WindowRef | None:
         await self.start()
         for info in await self.list_windows():
             if info.window_id == window_id:
-                self.control.watch(info.pane_id, terminal_id, window_id)
+                self.source.watch(info.pane_id, terminal_id, window_id)
                 return WindowRef(window_id, info.pane_id)
         return None
 
     async def unwatch(self, terminal_id: str) -> None:
-        if self._control is not None:
-            self._control.unwatch(terminal_id)
+        if self._source is not None:
+            self._source.unwatch(terminal_id)
 
     def request_snapshot(self, terminal_id: str) -> bool:
-        return self._control is not None and self._control.request_snapshot(terminal_id)
+        return self._source is not None and self._source.request_snapshot(terminal_id)
 
     async def paste(self, window_id: str, text: str) -> None:
         buffer = f"cao-{uuid.uuid4().hex[:12]}"

@@ -1,0 +1,126 @@
+"""The pipe-pane output source (CAO_OUTPUT_SOURCE=pipe-pane) end to end: a real
+cao-server, real tmux, the mock agent; output read from one FIFO per terminal."""
+from __future__ import annotations
+
+import re
+import stat
+from pathlib import Path
+
+import pytest
+
+from cli_agent_orchestrator.backends.tmux import TmuxBackend
+from cli_agent_orchestrator.bus import EventBus
+from cli_agent_orchestrator.errors import BackendError
+from conftest import CaoServer, read_records, wait_until
+
+PIPE = {"CAO_OUTPUT_SOURCE": "pipe-pane"}
+
+
+def _last(server: CaoServer, tid: str) -> str | None:
+    return server.client.get(f"/terminals/{tid}/output", params={"mode": "last"}).json().get("output")
+
+
+def _fifos(server: CaoServer) -> set[str]:
+    fifo_dir = server.home / "fifos"
+    return {p.name for p in fifo_dir.iterdir()} if fifo_dir.is_dir() else set()
+
+
+def _reader_threads(server: CaoServer) -> int:
+    """Threads of the server named by the FIFO readers (Linux names OS threads)."""
+    assert server.proc is not None
+    tasks = Path(f"/proc/{server.proc.pid}/task")
+    count = 0
+    for task in tasks.iterdir():
+        try:
+            count += (task / "comm").read_text().strip() == "cao-fifo"
+        except OSError:
+            continue  # the thread ended while we looked
+    return count
+
+
+def test_unknown_output_source_is_refused_clearly():
+    with pytest.raises(BackendError, match="unknown output source 'tmux-magic'.*pipe-pane"):
+        TmuxBackend("cao-test-unused", EventBus(), output_source="tmux-magic", fifo_dir=Path("/nonexistent"))
+
+
+def test_turns_big_input_errors_inbox_and_cleanup(cao_factory, tmp_path: Path):
+    record = tmp_path / "record.jsonl"
+    server = cao_factory(CAO_MOCK_RECORD=str(record), **PIPE).start()
+    term = server.create_session()
+    tid = term["id"]
+    assert term["status"] == "idle"
+    fifo = server.home / "fifos" / f"{tid}.fifo"
+    mode = fifo.stat().st_mode
+    assert stat.S_ISFIFO(mode) and stat.S_IMODE(mode) == 0o600
+    assert _reader_threads(server) == 1
+
+    server.send(tid, "hello pipe")
+    server.wait_status(tid, "completed")
+    assert _last(server, tid) == "MOCK: hello pipe"
+
+    chunk = "quotes \"double\" 'single' $(rm -rf ~) `id` ${HOME} \t tab ünïcødé 🎉 ; | & > < \\ * ?\n"
+    body = (chunk * (100_000 // len(chunk) + 1))[:100_000]
+    server.send(tid, body)
+    wait_until(lambda: len(read_records(record)) == 2, message="100 KB message recorded")
+    assert read_records(record)[1] == body
+    server.wait_status(tid, "completed", timeout=15)
+
+    server.send(tid, "__mock_error__")
+    server.wait_status(tid, "error")
+    assert server.client.get(f"/terminals/{tid}").json()["status_source"] == "screen"
+
+    # Inbox delivery to a second terminal, driven by its status events.
+    rcv = server.create_session()["id"]
+    assert _reader_threads(server) == 2
+    resp = server.client.post(f"/terminals/{rcv}/inbox/messages", json={"sender_id": tid, "message": "via inbox"})
+    assert resp.status_code == 200, resp.text
+    wait_until(lambda: [m["status"] for m in server.client.get(f"/terminals/{rcv}/inbox/messages").json()]
+               == ["delivered"], message="inbox message delivered")
+    server.wait_status(rcv, "completed")
+    assert _last(server, rcv) == "MOCK: via inbox"
+
+    # Deleting the terminals ends their readers and removes their FIFOs.
+    assert _fifos(server) == {f"{tid}.fifo", f"{rcv}.fifo"}
+    for term_id in (tid, rcv):
+        assert server.client.delete(f"/terminals/{term_id}").json() == {"success": True}
+    wait_until(lambda: not _fifos(server), message="FIFOs removed")
+    wait_until(lambda: _reader_threads(server) == 0, message="reader threads ended")
+
+
+def test_exit_is_reported_from_the_pane_with_its_code(cao_factory):
+    server = cao_factory(**PIPE).start()
+    tid = server.create_session()["id"]
+    assert server.client.post(f"/terminals/{tid}/exit").status_code == 200
+    server.wait_status(tid, "error", timeout=10)
+    detail = server.client.get(f"/terminals/{tid}").json()
+    assert detail["status_source"] == "pane"
+    # tmux 3.3a now and then never reaps a dead pane's process, so no code is known.
+    assert re.search(r"exited \(code (0|None)\)", detail["status_reason"]), detail["status_reason"]
+    assert server.client.post(f"/terminals/{tid}/input", json={"message": "anyone?"}).status_code == 409
+
+
+def test_closed_window_is_reported_gone(cao_factory):
+    server = cao_factory(**PIPE).start()
+    term = server.create_session()
+    assert server.tmux("kill-window", "-t", f"{term['session_name']}:{term['name']}").returncode == 0
+    server.wait_status(term["id"], "error", timeout=10)
+    assert "window was closed" in server.client.get(f"/terminals/{term['id']}").json()["status_reason"]
+
+
+def test_kill9_restart_readopts_and_a_new_turn_completes(cao_factory, tmp_path: Path):
+    record = tmp_path / "rec.jsonl"
+    server = cao_factory(CAO_MOCK_RECORD=str(record), **PIPE).start()
+    tid = server.create_session()["id"]
+    server.send(tid, "before crash")
+    server.wait_status(tid, "completed")
+    server.kill9()
+    server.start()
+    assert server.status(tid) == "completed"
+    assert _reader_threads(server) == 1
+    server.send(tid, "after crash")
+    wait_until(lambda: _last(server, tid) == "MOCK: after crash", message="turn after restart")
+    server.wait_status(tid, "completed")
+    assert read_records(record) == ["before crash", "after crash"]
+    # The restarted server's pipe replaced the old one: exactly one cat per pane.
+    pane_pipes = server.tmux("list-panes", "-a", "-F", "#{pane_pipe}").stdout.split()
+    assert "1" in pane_pipes
