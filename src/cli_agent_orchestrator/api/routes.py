@@ -162,6 +162,21 @@ async def restore_terminal(request: Request, terminal_id: TerminalId) -> dict:
     return await rt(request).terminals.restore(terminal_id)
 
 
+# --- CLI hooks ----------------------------------------------------------------------
+class HookBody(BaseModel):
+    event: str = Field(..., min_length=1, max_length=64, pattern=r"^[A-Za-z0-9_.:-]+$")
+    payload: dict = Field(default_factory=dict)
+
+
+@router.post("/terminals/{terminal_id}/hooks")
+async def post_hook(request: Request, terminal_id: TerminalId, body: HookBody) -> dict:
+    """A CLI's own hook event (sent by `cao-hook`); the provider maps it to a status."""
+    runtime = rt(request)
+    await runtime.terminals.get(terminal_id)  # 404 for unknown terminals
+    status = await runtime.monitor.on_hook(terminal_id, body.event, body.payload)
+    return {"success": True, "status": status.value if status else None}
+
+
 # --- inbox --------------------------------------------------------------------------
 @router.post("/terminals/{receiver_id}/inbox/messages")
 async def post_inbox_message(request: Request, receiver_id: TerminalId,

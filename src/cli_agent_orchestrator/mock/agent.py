@@ -25,6 +25,7 @@ import os
 import re
 import select
 import signal
+import subprocess
 import sys
 import termios
 import time
@@ -94,11 +95,22 @@ def _env_ms(name: str, default: float) -> float:
         return default / 1000.0
 
 
+def _env_argv(name: str) -> list[str]:
+    try:
+        argv = json.loads(os.environ.get(name) or "[]")
+    except json.JSONDecodeError:
+        return []
+    return [str(a) for a in argv] if isinstance(argv, list) else []
+
+
 def _env_int(name: str) -> int:
     try:
         return max(int(os.environ.get(name, "0")), 0)
     except ValueError:
         return 0
+
+
+HOOK_TIMEOUT_S = 5.0
 
 
 class MockAgent:
@@ -124,6 +136,7 @@ class MockAgent:
         self._spin = 0
         self._next_spin = 0.0
         self.drop_enters = _env_int("CAO_MOCK_DROP_ENTERS")
+        self.hook_argv = _env_argv("CAO_MOCK_HOOK_COMMAND")
 
     # --- output -------------------------------------------------------------
     def out(self, text: str) -> None:
@@ -166,6 +179,7 @@ class MockAgent:
     # --- main loop ----------------------------------------------------------
     def run(self) -> int:
         banner = f"MockCli ready. (profile: {visible(self.profile).replace(chr(10), ' ')})"
+        self.hook("SessionStart", {"source": "startup"})  # before the prompt shows, as real CLIs do
         self.out(banner + "\r\n" + self._input_area(fresh=True))
         while self.exit_code is None:
             ready, _, _ = select.select([self.fd_in], [], [], self._timeout(time.monotonic()))
@@ -319,6 +333,7 @@ class MockAgent:
             self.out(shown + "\r\nBye.\r\n")
             self.exit_code = 0
             return
+        self.hook("UserPromptSubmit", {"prompt": message})
         self.turn = plan_turn(message, self.delay)
         self.state = "busy"
         now = time.monotonic()
@@ -345,6 +360,7 @@ class MockAgent:
         if turn.kind == "ask":
             self.state, self.answer = "asking", ""
             self.out(out + "\r\n".join(QUESTION_LINES) + "\r\n" + self._input_area(fresh=True))
+            self.hook("Notification", {"notification_type": "permission_prompt"})
             return
         self.state = "idle"
         if turn.kind == "error":
@@ -358,14 +374,29 @@ class MockAgent:
                 detail = getattr(exc, "error_text", None) or f"{type(exc).__name__}: {exc}"
                 out += "✗ Error: " + visible(str(detail)).replace("\n", " ")
         self.out(out + "\r\n" + self._input_area(fresh=True))
+        self.hook("StopFailure" if out.startswith("\r\x1b[2K✗") else "Stop", {})
+
+    def hook(self, event: str, payload: dict) -> None:
+        """Run the configured hook command like Claude Code does: synchronously,
+        the event JSON on stdin (CAO_MOCK_HOOK_COMMAND, a JSON argv)."""
+        if not self.hook_argv:
+            return
+        try:
+            subprocess.run([*self.hook_argv, event], input=json.dumps({"hook_event_name": event, **payload}),
+                           text=True, timeout=HOOK_TIMEOUT_S, stdout=subprocess.DEVNULL,
+                           stderr=subprocess.DEVNULL)
+        except (OSError, subprocess.SubprocessError):
+            pass  # like a real CLI: a failing hook does not stop the agent
 
     def _answer(self) -> None:
         answer = self.answer.strip()
         if not answer:
             return
         shown = self._catch_up()
+        self.hook("PostToolUse", {})
         self.state, self.answer = "idle", ""
         self.out(shown + "\r\n" + render_reply(f"MOCK: you answered {answer}") + "\r\n" + self._input_area(fresh=True))
+        self.hook("Stop", {})
 
     def _interrupt(self) -> None:
         # Busy: the cursor sits on the indicator row. Asking: at the end of the answer.

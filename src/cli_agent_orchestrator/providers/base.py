@@ -61,6 +61,10 @@ def no_startup_dialog(screen: Screen) -> Sequence[str] | None:
     return None
 
 
+def no_hooks(event: str, payload: dict) -> StatusReading | None:
+    return None
+
+
 @dataclass(frozen=True)
 class Provider:
     name: str
@@ -76,3 +80,8 @@ class Provider:
     startup_timeout: float = 60.0
     # Providers that accept typed input while busy (seed: eager inbox delivery).
     accepts_input_while_busy: bool = False
+    # The CLI's own signals: a hook event (name, JSON payload) posted by `cao-hook`
+    # → the status it means, or None to ignore it. Once a terminal has sent a hook,
+    # its busy/done/idle come from hooks only; the screen still detects dialogs
+    # (waiting_user_answer) and errors.
+    status_from_hook: Callable[[str, dict], StatusReading | None] = no_hooks

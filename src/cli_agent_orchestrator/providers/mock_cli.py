@@ -43,7 +43,32 @@ def build_launch(ctx: LaunchContext) -> Launch:
             name = str(key).upper()
             if name.replace("_", "").isalnum() and name.isascii():
                 env[f"CAO_MOCK_{name}"] = json.dumps(value) if isinstance(value, (list, dict)) else str(value)
+    # `mock: {hooks: true}`: report turns through cao-hook, as Claude Code's hooks do.
+    if str(env.pop("CAO_MOCK_HOOKS", "")).lower() in ("true", "1", "yes"):
+        env["CAO_MOCK_HOOK_COMMAND"] = json.dumps(hook_command())
     return Launch(argv=[sys.executable, "-m", "cli_agent_orchestrator.mock.agent"], env=env)
+
+
+def hook_command() -> list[str]:
+    return [sys.executable, "-m", "cli_agent_orchestrator.hook"]
+
+
+# The mock's hooks use Claude Code's event names.
+_HOOK_STATUS = {
+    "SessionStart": TerminalStatus.IDLE,
+    "UserPromptSubmit": TerminalStatus.PROCESSING,
+    "PostToolUse": TerminalStatus.PROCESSING,
+    "Stop": TerminalStatus.COMPLETED,
+}
+
+
+def status_from_hook(event: str, payload: dict) -> StatusReading | None:
+    if event == "Notification" and payload.get("notification_type") == "permission_prompt":
+        return StatusReading(TerminalStatus.WAITING_USER_ANSWER, "the agent asks a question")
+    if event == "StopFailure":
+        return StatusReading(TerminalStatus.ERROR, "the turn failed")
+    status = _HOOK_STATUS.get(event)
+    return StatusReading(status) if status else None
 
 
 # --- row classification ----------------------------------------------------------
@@ -186,4 +211,5 @@ PROVIDER = Provider(
     exit_command="/exit",
     startup_timeout=15.0,
     accepts_input_while_busy=False,
+    status_from_hook=status_from_hook,
 )

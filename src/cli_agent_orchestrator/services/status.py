@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Callable
 
 import pyte
@@ -29,6 +29,8 @@ from ..store import Store
 
 log = logging.getLogger(__name__)
 
+_HOOK_DECIDED = (TerminalStatus.PROCESSING, TerminalStatus.COMPLETED, TerminalStatus.IDLE)
+
 # Turn phases after InputSubmitted.
 _SETTLED, _SENT, _COMPOSER_SEEN = "settled", "sent", "composer_seen"
 
@@ -39,13 +41,14 @@ class _Watched:
     screen: pyte.Screen
     stream: pyte.ByteStream
     status: TerminalStatus = TerminalStatus.UNKNOWN
+    status_source: str = ""
     reason: str = ""
     turn: int = 0
     phase: str = _SETTLED
     dirty: bool = False
     exited: bool = False
     composer_has_text: bool = False
-    waiters: list = field(default_factory=list)
+    hooks_seen: bool = False  # the CLI reports its own turns; the screen then only sees dialogs and errors
 
 
 class StatusMonitor:
@@ -189,6 +192,12 @@ class StatusMonitor:
             return
         term.composer_has_text = reading.composer_has_text
         new = reading.status
+        if term.hooks_seen and new in _HOOK_DECIDED and not (
+                new == TerminalStatus.PROCESSING and term.status_source == "screen"
+                and term.status in (TerminalStatus.WAITING_USER_ANSWER, TerminalStatus.ERROR)):
+            # Busy/done/idle come from the CLI's hooks; the screen may only end a
+            # dialog or an error that it detected itself.
+            return
         if term.phase != _SETTLED:
             if new == TerminalStatus.UNKNOWN:
                 return
@@ -213,17 +222,30 @@ class StatusMonitor:
         previous = term.status
         if status == previous and reason == term.reason and not force:
             return
-        term.status, term.reason = status, reason
+        term.status, term.reason, term.status_source = status, reason, source
         await self.store.run(self.store.set_status, terminal_id, status, source, reason)
         self.bus.publish(StatusChanged(terminal_id, status, previous, source, reason, term.turn))
 
     async def set_external(self, terminal_id: str, status: TerminalStatus, source: str, reason: str = "") -> None:
-        """A status decided outside the screen (a CLI hook, a restart)."""
+        """A status decided outside the screen (a restart, a start-up dialog answered)."""
         term = self._terms.get(terminal_id)
         if term is not None:
-            if term.phase != _SETTLED and status != TerminalStatus.IDLE:
-                term.phase = _SETTLED
-            await self._publish(terminal_id, term, status, source, reason)
+            force = term.phase != _SETTLED and status != TerminalStatus.IDLE
+            if force:
+                term.phase = _SETTLED  # a busy/done/waiting signal confirms the pending turn
+            await self._publish(terminal_id, term, status, source, reason, force=force)
+
+    async def on_hook(self, terminal_id: str, event: str, payload: dict) -> TerminalStatus | None:
+        """A CLI hook arrived (`cao-hook`): the provider says what it means."""
+        term = self._terms.get(terminal_id)
+        if term is None or term.exited:
+            return None
+        reading = term.provider.status_from_hook(event, payload)
+        if reading is None:
+            return None
+        term.hooks_seen = True
+        await self.set_external(terminal_id, reading.status, f"hook:{event}", reading.reason)
+        return reading.status
 
 
 def _load_screen(term: _Watched, captured: str, cursor: tuple[int, int] | None) -> None:

@@ -1,0 +1,65 @@
+"""Status from the CLI's own signals: hooks reach cao-server through `cao-hook`
+(the mock agent runs them the way Claude Code does) and each status change
+records which signal produced it."""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+from conftest import CaoServer, wait_until
+
+HOOKED = "---\nname: hooked\nprovider: mock_cli\nmock: {hooks: true}\n---\nA mock that reports its turns by hooks.\n"
+
+
+def _install(cao: CaoServer) -> None:
+    store = cao.home / "agent-store"
+    store.mkdir(parents=True, exist_ok=True)
+    (store / "hooked.md").write_text(HOOKED)
+
+
+def test_turn_statuses_come_from_hooks(cao: CaoServer):
+    _install(cao)
+    term = cao.create_session("hooked")
+    tid = term["id"]
+    cao.send(tid, "hello hooks")
+    wait_until(lambda: cao.client.get(f"/terminals/{tid}").json()["status_source"] == "hook:Stop",
+               message="completed by the Stop hook")
+    detail = cao.client.get(f"/terminals/{tid}").json()
+    assert detail["status"] == "completed"
+    assert cao.client.get(f"/terminals/{tid}/output", params={"mode": "last"}).json()["output"] == \
+        "MOCK: hello hooks"
+    cao.send(tid, "__mock_ask__")
+    cao.wait_status(tid, "waiting_user_answer")
+    assert cao.client.get(f"/terminals/{tid}").json()["status_source"] in ("hook:Notification", "screen")
+    cao.send(tid, "yes")
+    wait_until(lambda: cao.client.get(f"/terminals/{tid}/output", params={"mode": "last"}).json().get("output")
+               == "MOCK: you answered yes", message="answered")
+    cao.wait_status(tid, "completed")
+
+
+def test_hook_events_through_http_and_cao_hook_command(cao: CaoServer):
+    _install(cao)
+    tid = cao.create_session("hooked")["id"]
+    resp = cao.client.post(f"/terminals/{tid}/hooks", json={"event": "UserPromptSubmit", "payload": {}})
+    assert resp.json() == {"success": True, "status": "processing"}
+    assert cao.client.get(f"/terminals/{tid}").json()["status_source"] == "hook:UserPromptSubmit"
+    # The stdlib hook command, as a CLI would run it: JSON on stdin, identity from the env.
+    env = {**cao.env, "CAO_TERMINAL_ID": tid}
+    proc = subprocess.run([sys.executable, "-m", "cli_agent_orchestrator.hook", "Stop"],
+                          input=json.dumps({"hook_event_name": "Stop"}), text=True, env=env, timeout=10)
+    assert proc.returncode == 0
+    assert cao.client.get(f"/terminals/{tid}").json()["status"] == "completed"
+    # Unknown events are ignored; bad bodies and unknown terminals are refused.
+    assert cao.client.post(f"/terminals/{tid}/hooks", json={"event": "Whatever"}).json()["status"] is None
+    assert cao.client.post(f"/terminals/{tid}/hooks", json={"event": "bad event!"}).status_code == 422
+    assert cao.client.post("/terminals/deadbeef/hooks", json={"event": "Stop"}).status_code == 404
+
+
+def test_hook_command_never_fails_the_cli(tmp_path):
+    env = {k: v for k, v in os.environ.items() if k != "CAO_TERMINAL_ID"}
+    for extra in ({}, {"CAO_TERMINAL_ID": "deadbeef", "CAO_API_PORT": "1"}):
+        proc = subprocess.run([sys.executable, "-m", "cli_agent_orchestrator.hook", "Stop"], input="not json",
+                              text=True, env={**env, **extra}, timeout=10)
+        assert proc.returncode == 0
