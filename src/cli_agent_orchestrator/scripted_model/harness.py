@@ -120,7 +120,8 @@ class ScriptedModelServer:
         return f"{self.url}/s/{script}{suffix}"
 
     def cli_env(self, script: str = "default") -> dict[str, str]:
-        """The endpoint variables each CLI reads (see docs in the package README/notes)."""
+        """Endpoint variables for Claude Code, qwen-code and Gemini CLI (Codex and opencode take the
+        base URL from their config files: use ``base_url(script, "/v1")`` there)."""
         return {"ANTHROPIC_BASE_URL": self.base_url(script), "ANTHROPIC_AUTH_TOKEN": "scripted",
                 "OPENAI_BASE_URL": self.base_url(script, "/v1"), "OPENAI_API_KEY": "scripted",
                 "GOOGLE_GEMINI_BASE_URL": self.base_url(script), "GEMINI_API_KEY": "scripted"}
