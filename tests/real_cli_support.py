@@ -1,0 +1,61 @@
+"""Support for the end-to-end tests of real coding CLIs (tests/test_real_*.py).
+
+* `npm_binary(package, version, binary)`: installs a pinned CLI from the npm
+  registry once into a cache (CAO_TEST_CLI_DIR, default ~/.cache/cao-test-clis)
+  and returns the binary's path. A file lock makes concurrent installs safe.
+* `real_cli_server(...)`: a CaoServer whose HOME, XDG dirs and TMPDIR are the
+  test's own (every CLI confined to a temporary home), with the scripted model
+  server's endpoints in its environment and the CLI's binary on PATH.
+
+Tests skip (with the reason) only when npm itself is missing; an install failure
+is an error, so CI notices it.
+"""
+from __future__ import annotations
+
+import fcntl
+import os
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from conftest import CaoServer
+
+CACHE = Path(os.environ.get("CAO_TEST_CLI_DIR") or Path.home() / ".cache" / "cao-test-clis")
+
+
+def npm_binary(package: str, version: str, binary: str) -> Path:
+    if shutil.which("npm") is None:
+        pytest.skip("npm is not installed; the real-CLI tests need Node.js and npm")
+    prefix = CACHE / f"{package.replace('/', '__').lstrip('@')}-{version}"
+    path = prefix / "node_modules" / ".bin" / binary
+    prefix.mkdir(parents=True, exist_ok=True)
+    with open(prefix / ".lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if not path.exists():
+            env = {**os.environ, "HOME": str(prefix / ".npm-home"), "npm_config_update_notifier": "false",
+                   "npm_config_fund": "false", "npm_config_audit": "false"}
+            subprocess.run(["npm", "install", "--prefix", str(prefix), "--no-save", f"{package}@{version}"],
+                           env=env, check=True, capture_output=True, timeout=900)
+    if not path.exists():
+        raise RuntimeError(f"npm installed {package}@{version} but {path} is missing")
+    return path
+
+
+def isolated_home_env(root: Path) -> dict[str, str]:
+    """HOME, XDG dirs and TMPDIR inside `root`: a CLI under test never sees the real home."""
+    env = {"HOME": str(root / "home"), "TMPDIR": str(root / "tmp")}
+    for name, sub in (("XDG_CONFIG_HOME", ".config"), ("XDG_DATA_HOME", ".local/share"),
+                      ("XDG_CACHE_HOME", ".cache"), ("XDG_STATE_HOME", ".local/state")):
+        env[name] = str(root / "home" / sub)
+    for value in env.values():
+        Path(value).mkdir(parents=True, exist_ok=True)
+    return env
+
+
+def real_cli_server(root: Path, binaries: list[Path], extra_env: dict[str, str] | None = None) -> CaoServer:
+    """A cao-server (not yet started) for real-CLI tests: isolated home, the CLIs on PATH."""
+    env = isolated_home_env(root)
+    path = os.pathsep.join([*(str(b.parent) for b in binaries), os.environ.get("PATH", "")])
+    return CaoServer(root / "cao-home", {**env, "PATH": path, **(extra_env or {})})
