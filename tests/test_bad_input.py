@@ -119,3 +119,19 @@ def test_openapi_is_served(server):
     spec = server.client.get("/openapi.json").json()
     assert "/terminals/{terminal_id}/input" in spec["paths"]
     assert "/terminals/{receiver_id}/inbox/messages" in spec["paths"]
+
+
+def test_providers_are_listed_with_their_binaries(server):
+    providers = {p["name"]: p for p in server.client.get("/agents/providers").json()}
+    assert providers["mock_cli"]["installed"] is True
+
+
+def test_provider_whose_cli_is_missing_is_refused_before_anything_starts(server, monkeypatch):
+    before = server.client.get("/terminals").json()
+    resp = server.client.post("/sessions", params={"agent_profile": "developer", "provider": "claude_code"})
+    if resp.status_code == 201:  # the CLI happens to be installed on this machine
+        server.client.delete(f"/terminals/{resp.json()['id']}")
+        return
+    assert resp.status_code == 400
+    assert "claude" in _detail(resp)
+    assert server.client.get("/terminals").json() == before

@@ -5,6 +5,8 @@ kept for compatibility with older clients.
 """
 from __future__ import annotations
 
+import os
+import shutil
 from typing import Annotated
 
 from fastapi import APIRouter, Body, Path, Query, Request, status
@@ -12,6 +14,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from ..errors import InvalidInput
 from ..models import MessageStatus, OrchestrationType
+from ..providers.registry import get_provider, provider_names
 from ..services.orchestration import StepRequest
 from ..services.terminals import CreateRequest
 from .schemas import MAX_TEXT, InboxMessageOut, InboxPost, InitialMessage, InputBody, KeyBody, TerminalOut
@@ -104,6 +107,18 @@ async def create_terminal(request: Request, session_name: str, agent_profile: st
 async def list_session_terminals(request: Request, session_name: str) -> list[TerminalOut]:
     session, terms = await rt(request).sessions.get(session_name)
     return [TerminalOut.of(t) for t in terms]
+
+
+# --- providers ----------------------------------------------------------------------
+@router.get("/agents/providers")
+async def list_providers() -> list[dict]:
+    """Every provider cao has, its CLI binary and whether that binary is installed."""
+    out = []
+    for name in provider_names():
+        binary = get_provider(name).binary
+        out.append({"name": name, "binary": binary,
+                    "installed": bool(os.path.isabs(binary) and os.path.exists(binary) or shutil.which(binary))})
+    return out
 
 
 # --- terminals ----------------------------------------------------------------------

@@ -12,6 +12,7 @@ import logging
 import os
 import re
 import secrets
+import shutil
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -109,7 +110,10 @@ class TerminalService:
     def _resolve(self, req: CreateRequest) -> tuple[AgentProfile, str]:
         profile = load_profile(self.settings.home_dir, req.agent_profile)
         provider = req.provider or profile.provider or os.environ.get("CAO_DEFAULT_PROVIDER") or DEFAULT_PROVIDER
-        get_provider(provider)  # unknown provider → 400 before anything is allocated
+        spec = get_provider(provider)  # unknown provider → 400 before anything is allocated
+        if not os.path.isabs(spec.binary) and shutil.which(spec.binary) is None:
+            raise InvalidInput(f"provider {provider}: its CLI `{spec.binary}` is not on cao-server's PATH; "
+                               "install it (see the README's provider table) or pick another provider")
         if req.model is not None and not MODEL_RE.match(req.model):
             raise InvalidInput(f"invalid model {req.model!r}: up to 128 of [A-Za-z0-9._:/-]")
         return profile, provider
