@@ -1,0 +1,1 @@
+"""Workflow runs: the script-tier linter (`lint`) and run-input declarations (`inputs`)."""
