@@ -35,6 +35,9 @@ class StatusReading:
     status: TerminalStatus
     reason: str = ""  # human-readable cause, mostly for ERROR
     composer_has_text: bool = False  # typed input sits unsubmitted at the prompt
+    # The screen is certain (e.g. a turn was interrupted and no hook will say so):
+    # let it through even when hooks decide busy/done/idle.
+    definite: bool = False
 
 
 @dataclass(frozen=True)
@@ -65,6 +68,10 @@ def no_hooks(event: str, payload: dict) -> StatusReading | None:
     return None
 
 
+def no_dialog_keys(screen: Screen, answer: str) -> Sequence[str] | None:
+    return None
+
+
 @dataclass(frozen=True)
 class Provider:
     name: str
@@ -85,3 +92,6 @@ class Provider:
     # its busy/done/idle come from hooks only; the screen still detects dialogs
     # (waiting_user_answer) and errors.
     status_from_hook: Callable[[str, dict], StatusReading | None] = no_hooks
+    # While waiting_user_answer: the keys that give `answer` to the dialog on the
+    # screen (menus that ignore pasted text), or None to paste the answer as text.
+    dialog_keys: Callable[[Screen, str], Sequence[str] | None] = no_dialog_keys

@@ -106,6 +106,13 @@ class InputService:
             if isinstance(event, StatusChanged) and event.turn >= turn:
                 return True
 
+    async def next_turn(self, terminal_id: str) -> int:
+        """Count a turn that was started by keys rather than a paste (a dialog answer)."""
+        turn = self._turns.get(terminal_id, 0) + 1
+        self._turns[terminal_id] = turn
+        self.bus.publish(InputSubmitted(terminal_id, turn))
+        return turn
+
     async def send_keys(self, window_id: str, keys: list[str]) -> None:
         await self.backend.send_keys(window_id, keys)
 

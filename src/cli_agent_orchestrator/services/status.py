@@ -192,7 +192,7 @@ class StatusMonitor:
             return
         term.composer_has_text = reading.composer_has_text
         new = reading.status
-        if term.hooks_seen and new in _HOOK_DECIDED and not (
+        if term.hooks_seen and new in _HOOK_DECIDED and not reading.definite and not (
                 new == TerminalStatus.PROCESSING and term.status_source == "screen"
                 and term.status in (TerminalStatus.WAITING_USER_ANSWER, TerminalStatus.ERROR)):
             # Busy/done/idle come from the CLI's hooks; the screen may only end a

@@ -236,7 +236,20 @@ class TerminalService:
                 term = await self.get(terminal_id)
                 raise Conflict(f"terminal {terminal_id}: {term.status_reason or 'the agent is not running'}; "
                                "input refused")
+            keys = self._dialog_keys(terminal_id, text)
+            if keys:
+                # A menu that ignores typed text (an approval dialog): answer with its keys.
+                turn = await self.typing.next_turn(terminal_id)  # before the keys: no reaction can beat it
+                await self.typing.send_keys(window_id, keys)
+                return turn
             return await self.typing.submit(terminal_id, window_id, text)
+
+    def _dialog_keys(self, terminal_id: str, answer: str) -> list[str] | None:
+        provider, screen = self.monitor.provider_of(terminal_id), self.monitor.screen(terminal_id)
+        if provider is None or screen is None or self.monitor.status(terminal_id) != TerminalStatus.WAITING_USER_ANSWER:
+            return None
+        keys = provider.dialog_keys(screen, answer)
+        return [k for k in keys if valid_key(k)] if keys else None
 
     async def send_key(self, terminal_id: str, key: str) -> None:
         if not valid_key(key):
@@ -296,6 +309,10 @@ class TerminalService:
         if window_id:
             await self.backend.kill_window(window_id)
         await self.store.run(self.store.delete_terminal, terminal_id)
+        # Generated per-terminal files (launch scripts, settings, the env file) may hold
+        # the system prompt or secrets: they go with the terminal.
+        shutil.rmtree(self.settings.tmp_dir / terminal_id, ignore_errors=True)
+        (self.settings.tmp_dir / f"{terminal_id}.env").unlink(missing_ok=True)
         self.typing.forget(terminal_id)
         self.bus.publish(TerminalRemoved(terminal_id))
 

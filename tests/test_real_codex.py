@@ -1,0 +1,337 @@
+"""The codex provider end to end: the real Codex CLI (pinned, from npm) in tmux under a real
+cao-server, in its own temporary HOME, against the scripted model (Responses API).
+
+Covers spawn → idle, text and shell turns (status from Codex's hooks, the exact reply
+extracted), a permission prompt answered through cao-mcp-server's `answer_user_prompt`,
+exit and delete leaving no process behind, handoff with Codex as supervisor and as worker,
+assign with a Codex worker reporting back, and the faults: binary missing, crash at start,
+death mid-turn.
+"""
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import subprocess
+import sys
+from collections.abc import AsyncIterator, Iterator
+from contextlib import asynccontextmanager
+from dataclasses import dataclass
+from pathlib import Path
+
+import psutil
+import pytest
+from mcp.client.session import ClientSession
+from mcp.client.stdio import StdioServerParameters, stdio_client
+
+from conftest import CaoServer, wait_until
+from real_cli_support import npm_binary, real_cli_server
+
+from cli_agent_orchestrator.scripted_model.harness import ScriptedModelServer
+
+pytestmark = pytest.mark.skipif(shutil.which("tmux") is None, reason="tmux not installed")
+
+PACKAGE, VERSION = "@openai/codex", "0.171.0"
+HELLO = "Hello from the scripted model."
+RULES = [
+    {"match": "say hello", "reply": HELLO},
+    {"match": "greet the boss", "reply": "Hi boss, codex here."},
+    {"match": "print the marker", "steps": [{"tool": "shell", "args": {"command": "echo marker-42"}},
+                                            {"text": "The command printed the marker."}]},
+    {"match": "touch the file", "steps": [
+        {"tool": "shell", "args": {"command": "touch created.txt", "sandbox_permissions": "require_escalated",
+                                   "justification": "create created.txt"}},
+        {"text": "Created it."}]},
+    {"match": "break now", "steps": [{"error": 500, "message": "scripted failure", "times": 99}]},
+    {"match": "take your time", "steps": [{"delay_ms": 30000}, {"text": "Done after a pause."}]},
+    {"match": "delegate the sum", "steps": [
+        {"tool": "mcp:cao-mcp-server:handoff", "args": {"agent_profile": "mock_worker", "message": "add 2 and 3"}},
+        {"text": "The worker has answered."}]},
+    {"match": r"Assigned by terminal ([0-9a-f]{8})", "steps": [
+        {"tool": "mcp:cao-mcp-server:send_message", "args": {"receiver_id": "{g1}", "message": "codex result 42"}},
+        {"text": "Reported back."}]},
+]
+PROFILES = {
+    "codex_dev": "---\nname: codex_dev\nprovider: codex\nmodel: fake-model\n---\nYou are a careful developer.\n",
+    "codex_broken": ("---\nname: codex_broken\nprovider: codex\nmodel: fake-model\n"
+                     "codexConfig: {approval_policy: not-a-policy}\n---\nStarts with a bad setting.\n"),
+    # No retries of a failed model request, so a failing turn ends at once.
+    "codex_fragile": ("---\nname: codex_fragile\nprovider: codex\nmodel: fake-model\ncodexConfig:\n"
+                      "  model_providers.cao_openai.request_max_retries: 0\n"
+                      "  model_providers.cao_openai.stream_max_retries: 0\n---\nGives up at once.\n"),
+    # Replaces cao's trust entry: Codex then stops at its "Trust this folder?" screen.
+    "codex_untrusted": ("---\nname: codex_untrusted\nprovider: codex\nmodel: fake-model\n"
+                        "codexConfig: {projects: {}}\n---\nMeets the trust screen.\n"),
+    "mock_worker": "---\nname: mock_worker\nprovider: mock_cli\n---\nA mock worker.\n",
+    "mock_boss": ("---\nname: mock_boss\nprovider: mock_cli\nmock:\n  rules:\n"
+                  "    - match: 'hand off to codex'\n      steps:\n"
+                  "        - {tool: handoff, args: {agent_profile: codex_dev, message: 'please greet the boss'},"
+                  " save: out}\n      reply: 'FINAL {out}'\n"
+                  "    - match: 'assign to codex'\n      steps:\n"
+                  "        - {tool: assign, args: {agent_profile: codex_dev, message: 'count things'}, save: worker}\n"
+                  "      reply: 'ASSIGNED {worker}'\n---\nA mock supervisor.\n"),
+}
+
+
+@dataclass
+class Env:
+    cao: CaoServer
+    model: ScriptedModelServer
+    work: Path
+
+
+@pytest.fixture(scope="module")
+def env(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Env]:
+    codex = npm_binary(PACKAGE, VERSION, "codex")
+    root = tmp_path_factory.mktemp("codex")
+    work = root / "work"
+    work.mkdir()
+    subprocess.run(["git", "init", "-q", str(work)], check=True)  # a git dir: Codex's trust screen trigger
+    with ScriptedModelServer() as model:
+        model.set_script("codex", RULES)
+        cao = real_cli_server(root, [codex], {"OPENAI_BASE_URL": model.base_url("codex", "/v1"),
+                                              "OPENAI_API_KEY": "scripted"})
+        store = cao.home / "agent-store"
+        store.mkdir(parents=True, exist_ok=True)
+        for name, text in PROFILES.items():
+            (store / f"{name}.md").write_text(text)
+        cao.start()
+        try:
+            yield Env(cao, model, work)
+        finally:
+            cao.cleanup()
+
+
+def create(env: Env, profile: str = "codex_dev", yolo: bool = True) -> dict:
+    # The provider comes from the profile's frontmatter.
+    resp = env.cao.client.post("/sessions", params={"agent_profile": profile, "working_directory": str(env.work),
+                                                    "yolo": yolo})
+    assert resp.status_code == 201, resp.text
+    return resp.json()
+
+
+def terminal(env: Env, tid: str) -> dict:
+    return env.cao.client.get(f"/terminals/{tid}").json()
+
+
+def last_reply(env: Env, tid: str) -> str:
+    return env.cao.client.get(f"/terminals/{tid}/output", params={"mode": "last"}).json()["output"]
+
+
+def processes_of(tid: str, home: str | None = None) -> list[psutil.Process]:
+    """Every process started for terminal `tid` (the pane's env carries CAO_TERMINAL_ID), and,
+    given the test's HOME, any Codex app-server daemon of that HOME (it might drop the variable)."""
+    found = []
+    for proc in psutil.process_iter():
+        try:
+            env = proc.environ()
+            daemon = home is not None and env.get("HOME") == home and "app-server" in proc.cmdline()
+            if env.get("CAO_TERMINAL_ID") == tid or daemon:
+                found.append(proc)
+        except (psutil.NoSuchProcess, psutil.AccessDenied, psutil.ZombieProcess):
+            continue
+    return found
+
+
+def delete_session(env: Env, term: dict) -> None:
+    env.cao.client.delete(f"/sessions/{term['session_name']}")
+
+
+def test_spawn_text_and_shell_turns(env: Env):
+    term = create(env)
+    tid = term["id"]
+    try:
+        assert term["status"] == "idle"
+        env.cao.send(tid, "please say hello")
+        env.cao.wait_status(tid, "completed", timeout=60)
+        assert terminal(env, tid)["status_source"] == "hook:Stop"  # the CLI's own signal, not the screen
+        assert last_reply(env, tid) == HELLO
+        env.cao.send(tid, "please print the marker")
+        env.cao.wait_status(tid, "completed", timeout=60)
+        assert last_reply(env, tid) == "The command printed the marker."
+        turn = [r for r in env.model.requests("codex") if r["user_text"] == "please print the marker"]
+        call = turn[0]["reply"]["tool"]
+        assert call["name"] == "exec_command" and "marker-42" in call["args"]["cmd"]
+        assert "marker-42" in turn[-1]["tool_result"]  # the command really ran
+        # The system prompt reached the model as developer instructions.
+        body = next(r["body"] for r in env.model.requests("codex") if r["user_text"] == "please say hello")
+        assert "You are a careful developer." in str(body["input"])
+    finally:
+        delete_session(env, term)
+
+
+# --- permission prompt, answered through cao-mcp-server --------------------------------------
+
+@asynccontextmanager
+async def mcp_session(cao: CaoServer) -> AsyncIterator[ClientSession]:
+    script = Path(sys.executable).parent / "cao-mcp-server"
+    command, args = (str(script), []) if script.exists() else \
+        (sys.executable, ["-m", "cli_agent_orchestrator.mcp_server.server"])
+    child_env = {k: v for k, v in cao.env.items() if k != "CAO_TERMINAL_ID"}
+    params = StdioServerParameters(command=command, args=args, env=child_env)
+    async with stdio_client(params) as (read, write), ClientSession(read, write) as session:
+        await session.initialize()
+        yield session
+
+
+@pytest.fixture
+def anyio_backend() -> str:
+    return "asyncio"
+
+
+@pytest.mark.anyio
+async def test_permission_prompt_is_waiting_and_answered_through_mcp(env: Env):
+    term = create(env, yolo=False)  # no bypass: Codex asks before an escalated command
+    tid = term["id"]
+    try:
+        (env.work / "created.txt").unlink(missing_ok=True)
+        env.cao.send(tid, "please touch the file")
+        env.cao.wait_status(tid, "waiting_user_answer", timeout=60)
+        assert "Codex asks" in terminal(env, tid)["status_reason"]
+        async with mcp_session(env.cao) as session:
+            result = await session.call_tool("answer_user_prompt", {"terminal_id": tid, "answer": "y"},
+                                             read_timeout_seconds=60)
+        assert result.structured_content["success"] is True, result
+        env.cao.wait_status(tid, "completed", timeout=60)
+        assert last_reply(env, tid) == "Created it."
+        assert (env.work / "created.txt").exists()
+    finally:
+        delete_session(env, term)
+
+
+# --- exit and delete leave nothing behind ------------------------------------------------------
+
+def test_exit_then_delete_leaves_no_process(env: Env):
+    term = create(env)
+    tid = term["id"]
+    env.cao.send(tid, "please say hello")
+    env.cao.wait_status(tid, "completed", timeout=60)
+    programs = {Path(arg).name for p in processes_of(tid) for arg in p.cmdline()[:2]}
+    assert {"codex", "cao-mcp-server"} <= programs, programs  # the CLI and the MCP server it started
+    assert env.cao.client.post(f"/terminals/{tid}/exit").status_code == 200
+    # `/quit` ends the CLI; the pane's process exits, which cao reports.
+    wait_until(lambda: terminal(env, tid)["status"] == "error", timeout=30, message="codex exited")
+    assert "exited (code 0)" in terminal(env, tid)["status_reason"]
+    delete_session(env, term)
+    wait_until(lambda: not processes_of(tid, env.cao.env["HOME"]), timeout=20, message=f"no process of {tid} left")
+
+
+def test_delete_while_running_leaves_no_process(env: Env):
+    term = create(env)
+    tid = term["id"]
+    env.cao.send(tid, "please say hello")
+    env.cao.wait_status(tid, "completed", timeout=60)
+    assert len(processes_of(tid)) >= 2  # the CLI and its cao-mcp-server at least
+    assert env.cao.client.delete(f"/terminals/{tid}").status_code == 200
+    wait_until(lambda: not processes_of(tid, env.cao.env["HOME"]), timeout=20, message=f"no process of {tid} left")
+    delete_session(env, term)
+
+
+# --- orchestration through cao-mcp-server -----------------------------------------------------
+
+def test_codex_supervisor_hands_off_to_a_mock_worker(env: Env):
+    term = create(env, yolo=False)  # cao-mcp-server's tools are pre-approved even without bypass
+    tid = term["id"]
+    try:
+        env.cao.send(tid, "please delegate the sum")
+        env.cao.wait_status(tid, "completed", timeout=90)
+        assert last_reply(env, tid) == "The worker has answered."
+        results = [r["tool_result"] for r in env.model.requests("codex") if r["user_text"] == "please delegate the sum"]
+        assert "MOCK: add 2 and 3" in results[-1]
+        assert "Successfully handed off to mock_worker" in results[-1]
+        # The worker was torn down after the handoff.
+        terms = env.cao.client.get(f"/sessions/{term['session_name']}").json()["terminals"]
+        assert [t["id"] for t in terms] == [tid]
+    finally:
+        delete_session(env, term)
+
+
+def test_codex_worker_of_a_mock_supervisor(env: Env):
+    boss = create(env, "mock_boss")
+    try:
+        env.cao.send(boss["id"], "hand off to codex")
+        env.cao.wait_status(boss["id"], "completed", timeout=90)
+        assert last_reply(env, boss["id"]) == "FINAL Hi boss, codex here."
+    finally:
+        delete_session(env, boss)
+
+
+def test_assigned_codex_worker_reports_back(env: Env):
+    boss = create(env, "mock_boss")
+    try:
+        env.cao.send(boss["id"], "assign to codex")
+        env.cao.wait_status(boss["id"], "completed", timeout=60)
+
+        def reported() -> bool:
+            inbox = env.cao.client.get(f"/terminals/{boss['id']}/inbox/messages", params={"limit": 100}).json()
+            return any(m["message"].startswith("codex result 42") for m in inbox)
+
+        wait_until(reported, timeout=90, message="the codex worker's send_message")
+    finally:
+        delete_session(env, boss)
+
+
+# --- faults ---------------------------------------------------------------------------------------
+
+def test_missing_binary_is_refused_by_name(tmp_path: Path):
+    path = os.pathsep.join(d for d in os.environ.get("PATH", "").split(os.pathsep)
+                           if d and not (Path(d) / "codex").exists())
+    cao = real_cli_server(tmp_path, [], {"PATH": path})
+    cao.start()
+    try:
+        resp = cao.client.post("/sessions", params={"agent_profile": "developer", "provider": "codex"})
+        assert resp.status_code >= 400 and "codex" in resp.json()["detail"], resp.text
+        assert cao.client.get("/sessions").json() == []
+        assert cao.client.get("/terminals").json() == []
+    finally:
+        cao.cleanup()
+
+
+def test_crash_at_start_is_reported_and_cleaned_up(env: Env):
+    resp = env.cao.client.post("/sessions", params={"agent_profile": "codex_broken", "provider": "codex",
+                                                    "working_directory": str(env.work)})
+    assert resp.status_code in (500, 502, 504), resp.text
+    detail = str(resp.json()["detail"])
+    assert "exited" in detail and "not-a-policy" in detail, detail
+    assert all(t["agent_profile"] != "codex_broken" for t in env.cao.client.get("/terminals").json())
+
+
+def test_an_unexpected_dialog_at_start_is_reported_not_hung_on(env: Env):
+    term = create(env, "codex_untrusted")  # returns at once instead of waiting out the start-up timeout
+    try:
+        assert term["status"] == "waiting_user_answer"
+        assert "trust" in terminal(env, term["id"])["status_reason"]
+    finally:
+        delete_session(env, term)
+    wait_until(lambda: not processes_of(term["id"]), timeout=20, message="no process left")
+
+
+def test_a_failed_turn_is_an_error_and_the_next_turn_recovers(env: Env):
+    term = create(env, "codex_fragile")
+    tid = term["id"]
+    try:
+        env.cao.send(tid, "please break now")
+        env.cao.wait_status(tid, "error", timeout=60)  # no Stop hook comes: the screen tells
+        assert terminal(env, tid)["status_reason"]
+        env.cao.send(tid, "please say hello")
+        env.cao.wait_status(tid, "completed", timeout=60)
+        assert last_reply(env, tid) == HELLO
+    finally:
+        delete_session(env, term)
+
+
+def test_death_mid_turn_is_an_error(env: Env):
+    term = create(env)
+    tid = term["id"]
+    try:
+        env.cao.send(tid, "please take your time")
+        env.cao.wait_status(tid, "processing", timeout=30)
+        cli = [p for p in processes_of(tid) if p.name() == "codex"]
+        assert cli, [p.cmdline() for p in processes_of(tid)]
+        for proc in cli:
+            proc.send_signal(signal.SIGKILL)
+        env.cao.wait_status(tid, "error", timeout=30)
+        assert "exited" in terminal(env, tid)["status_reason"]
+    finally:
+        delete_session(env, term)
+    wait_until(lambda: not processes_of(tid, env.cao.env["HOME"]), timeout=20, message=f"no process of {tid} left")

@@ -1,0 +1,113 @@
+"""The codex provider's screen reading on recorded screens of the real CLI (no tmux, no CLI).
+
+Fixtures come from scripts/record_screens/codex.py: `<state>.txt` is the visible screen,
+`<state>.json` the cursor and the expected reading, `<state>.history.txt` the scrollback
+of a finished turn. Re-record after a Codex upgrade; a failure here names the state
+the provider no longer reads.
+"""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from cli_agent_orchestrator.models import TerminalStatus
+from cli_agent_orchestrator.providers import codex
+from cli_agent_orchestrator.providers.base import LaunchContext, Screen
+
+FIXTURES = Path(__file__).parent / "fixtures" / "screens" / "codex"
+STATES = sorted(p.stem for p in FIXTURES.glob("*.json"))
+
+
+def load(state: str) -> tuple[Screen, dict]:
+    expect = json.loads((FIXTURES / f"{state}.json").read_text(encoding="utf-8"))
+    lines = (FIXTURES / f"{state}.txt").read_text(encoding="utf-8").split("\n")
+    row, col = expect["cursor"]
+    return Screen([line.rstrip() for line in lines], row, col), expect
+
+
+def test_fixtures_cover_every_state():
+    assert {"idle", "composer", "queued", "working", "working_composer", "done", "tool_done", "permission",
+            "permission_answered", "interrupted", "error", "trust", "hook_review", "idle_yolo"} <= set(STATES)
+
+
+@pytest.mark.parametrize("state", STATES)
+def test_read_status(state: str):
+    screen, expect = load(state)
+    reading = codex.read_status(screen)
+    assert reading.status == TerminalStatus(expect["status"]), reading
+    if "composer_has_text" in expect:
+        assert reading.composer_has_text == expect["composer_has_text"], reading
+    if reading.status == TerminalStatus.ERROR:
+        assert reading.reason
+
+
+@pytest.mark.parametrize("state", [s for s in STATES if (FIXTURES / f"{s}.history.txt").exists()])
+def test_extract_reply(state: str):
+    _, expect = load(state)
+    history = (FIXTURES / f"{state}.history.txt").read_text(encoding="utf-8").splitlines()
+    assert codex.extract_reply(history) == expect["reply"]
+
+
+def test_typing_after_an_error_is_a_new_prompt():
+    screen, _ = load("error")
+    typed = Screen(screen.lines, screen.cursor_row, screen.cursor_col + 10)
+    reading = codex.read_status(typed)
+    assert (reading.status, reading.composer_has_text) == (TerminalStatus.IDLE, True)
+
+
+def test_extract_reply_takes_the_last_turn_and_skips_tool_rows():
+    history = ["› first", "", "• old answer", "", "  Worked for 1s • 10:00", "",
+               "› second", "", "• Ran echo hi", "  └ hi", "", "• New answer,", "  two lines.", "",
+               "  Worked for 1s • 10:01", "", "› Ask Codex to do anything", "", "  model · /w",
+               "  ? for shortcuts"]
+    assert codex.extract_reply(history) == "New answer,\ntwo lines."
+    assert codex.extract_reply(["› only a prompt", "", "› Ask Codex to do anything"]) is None
+
+
+def test_quoted_markers_in_a_reply_do_not_fool_the_reader():
+    # A finished reply that mentions the busy row and a dialog hint is still a finished turn.
+    rows = ["› q", "", "• Working (1s • esc to interrupt)", "  Press enter to confirm or esc to cancel", "",
+            "  Worked for 1s • 10:00", "", "› Ask Codex to do anything", "", "  m · /w",
+            "  ← for agents · ? for shortcuts"]
+    assert codex.read_status(Screen(rows, 7, 2)).status == TerminalStatus.COMPLETED
+
+
+def test_hooks_map_to_statuses():
+    assert codex.status_from_hook("UserPromptSubmit", {}).status == TerminalStatus.PROCESSING
+    assert codex.status_from_hook("Stop", {}).status == TerminalStatus.COMPLETED
+    assert codex.status_from_hook("SessionStart", {}) is None  # fires at the first prompt, not at launch
+    # Dialogs are the screen's: a hook-set "waiting" would outlive the dialog.
+    assert codex.status_from_hook("PermissionRequest", {}) is None
+
+
+def test_launch_passes_settings_as_overrides_and_never_writes_codex_home(tmp_path, monkeypatch):
+    monkeypatch.setenv("CODEX_HOME", str(tmp_path / "codex-home"))
+    (tmp_path / "codex-home").mkdir()
+    user_config = ('[projects."/elsewhere"]\ntrust_level = "trusted"\n'
+                   '[hooks]\nStop = [{hooks = [{type = "command", command = "mine"}]}]\n')
+    (tmp_path / "codex-home" / "config.toml").write_text(user_config)
+    monkeypatch.setenv("OPENAI_BASE_URL", "http://127.0.0.1:1/v1")
+    prompt = 'Say "hi".\nTab\there, DEL \x7f, emoji 😀' + "x" * 20000  # longer than tmux takes in one command
+    ctx = LaunchContext(terminal_id="abcd1234", profile_name="p", system_prompt=prompt,
+                        working_directory=str(tmp_path), home_dir=tmp_path / "cao", model="fake-model")
+    launch = codex.build_launch(ctx)
+    assert launch.argv[0] == "/bin/sh" and len(" ".join(launch.argv)) < 1000
+    script = Path(launch.argv[1]).read_text()
+    for part in ("--no-daemon", "--no-alt-screen", "--dangerously-bypass-hook-trust", "-m fake-model",
+                 "approval_policy=", "mcp_servers.cao-mcp-server=", "hooks.Stop=", '"mine"',
+                 "model_provider=", '"/elsewhere"', "check_for_update_on_startup=false"):
+        assert part in script, part
+    assert "--dangerously-bypass-approvals-and-sandbox" not in script
+    assert (tmp_path / "codex-home" / "config.toml").read_text() == user_config
+    assert list((tmp_path / "codex-home").iterdir()) == [tmp_path / "codex-home" / "config.toml"]
+    yolo = codex.build_launch(LaunchContext(terminal_id="abcd1235", profile_name="p", system_prompt="",
+                                            working_directory=str(tmp_path), home_dir=tmp_path / "cao", yolo=True))
+    assert "--dangerously-bypass-approvals-and-sandbox" in Path(yolo.argv[1]).read_text()
+
+
+def test_toml_values_round_trip():
+    import tomllib
+    value = {"a b": ["x\"y\\z\n\t\x01\x7f é 😀", 1, 2.5, True], "plain": {"k": "v"}}
+    assert tomllib.loads(f"v = {codex.toml(value)}")["v"] == value
