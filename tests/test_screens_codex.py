@@ -111,3 +111,14 @@ def test_toml_values_round_trip():
     import tomllib
     value = {"a b": ["x\"y\\z\n\t\x01\x7f é 😀", 1, 2.5, True], "plain": {"k": "v"}}
     assert tomllib.loads(f"v = {codex.toml(value)}")["v"] == value
+
+
+def test_approval_menu_is_answered_with_its_keys():
+    from cli_agent_orchestrator.providers.base import Screen
+    from cli_agent_orchestrator.providers.codex import dialog_keys
+    screen = Screen((FIXTURES / "permission.txt").read_text().splitlines())
+    assert dialog_keys(screen, "yes") == ["y"]
+    assert dialog_keys(screen, "2") == ["p"]
+    assert dialog_keys(screen, "No") == ["Escape"]
+    assert dialog_keys(screen, "use a different file name") is None  # free text is typed
+    assert dialog_keys(Screen(["› hello"]), "yes") is None  # no menu on screen

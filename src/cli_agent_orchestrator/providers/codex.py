@@ -244,8 +244,8 @@ def read_status(screen: Screen) -> StatusReading:
     outcome = None
     for row in rows[start:composer]:
         if row.startswith(_INTERRUPTED):
-            # No hook fires on Esc; while hooks rule, only an error ends the "processing" they set.
-            outcome = StatusReading(TerminalStatus.ERROR, "the turn was interrupted")
+            # No hook fires on Esc: the screen is certain here and says so (definite).
+            outcome = StatusReading(TerminalStatus.IDLE, "the turn was interrupted", definite=True)
         elif row.startswith(_FAILED):
             outcome = StatusReading(TerminalStatus.ERROR, row[len(_FAILED):].strip())
         elif row.startswith(_REPLY) or _WORKED.match(row):
@@ -255,6 +255,23 @@ def read_status(screen: Screen) -> StatusReading:
         # and a new turn must not be judged by it.
         return StatusReading(TerminalStatus.IDLE, composer_has_text=True)
     return outcome or StatusReading(TerminalStatus.IDLE)
+
+
+# Command approval menu: options end in their shortcut key, "(y)", "(p)", "(esc)".
+_APPROVAL_KEYS = (({"y", "yes", "1", "allow", "approve"}, "y"),
+                  ({"p", "2", "always", "yes always"}, "p"),
+                  ({"n", "no", "3", "deny", "reject", "cancel"}, "Escape"))
+
+
+def dialog_keys(screen: Screen, answer: str) -> list[str] | None:
+    """Codex's approval menu ignores typed text (Enter would confirm "Yes"): answer with its keys."""
+    if not any(row.rstrip().endswith("(y)") for row in screen.lines):
+        return None
+    word = answer.strip().lower().rstrip(".")
+    for words, key in _APPROVAL_KEYS:
+        if word in words:
+            return [key]
+    return None
 
 
 def extract_reply(history_lines: list[str]) -> str | None:
@@ -294,4 +311,5 @@ PROVIDER = Provider(
     startup_timeout=60.0,
     accepts_input_while_busy=False,
     status_from_hook=status_from_hook,
+    dialog_keys=dialog_keys,
 )
