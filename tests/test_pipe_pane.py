@@ -110,17 +110,28 @@ def test_closed_window_is_reported_gone(cao_factory):
 def test_kill9_restart_readopts_and_a_new_turn_completes(cao_factory, tmp_path: Path):
     record = tmp_path / "rec.jsonl"
     server = cao_factory(CAO_MOCK_RECORD=str(record), **PIPE).start()
-    tid = server.create_session()["id"]
+    term = server.create_session()
+    tid, target = term["id"], f"{term['session_name']}:{term['name']}"
     server.send(tid, "before crash")
     server.wait_status(tid, "completed")
     server.kill9()
     server.start()
-    assert server.status(tid) == "completed"
+    server.wait_status(tid, "completed")  # read afresh from the screen by the new pipe's snapshot
     assert _reader_threads(server) == 1
     server.send(tid, "after crash")
     wait_until(lambda: _last(server, tid) == "MOCK: after crash", message="turn after restart")
     server.wait_status(tid, "completed")
     assert read_records(record) == ["before crash", "after crash"]
-    # The restarted server's pipe replaced the old one: exactly one cat per pane.
-    pane_pipes = server.tmux("list-panes", "-a", "-F", "#{pane_pipe}").stdout.split()
-    assert "1" in pane_pipes
+
+    # Someone closes the pipe behind cao's back: the reader sees the FIFO end while
+    # the pane lives, pipes it again, and the next turn is seen as usual.
+    def piped() -> bool:
+        return server.tmux("display-message", "-p", "-t", target, "#{pane_pipe}").stdout.strip() == "1"
+
+    assert piped() and server.tmux("pipe-pane", "-t", target).returncode == 0
+    wait_until(piped, message="pipe restarted")
+    server.send(tid, "after repipe")
+    log = server.home / "logs" / "terminal" / f"{tid}.log"  # written from the output stream
+    wait_until(lambda: log.exists() and b"MOCK: after repipe" in log.read_bytes(),
+               message="reply read from the new pipe")
+    server.wait_status(tid, "completed")

@@ -199,3 +199,15 @@ def test_lost_enter_is_pressed_again_and_the_message_goes_in_once(cao_factory, t
     assert read_records(record) == ["needs three enters"]
     assert server.client.get(f"/terminals/{term['id']}/output", params={"mode": "last"}).json()["output"] == \
         "MOCK: needs three enters"
+
+
+def test_instant_turns_are_told_apart_even_when_echo_and_answer_arrive_together(cao_factory):
+    # Think time 0: the echo of the task and the answer reach cao in one burst. A
+    # run-step only returns once the status monitor has attributed the answer to the
+    # new turn; a stale "completed" would make it return the previous reply.
+    server = cao_factory(CAO_MOCK_DELAY_MS="0").start()
+    for i in range(6):
+        resp = server.client.post("/terminals/run-step", json={"agent": "developer", "provider": "mock_cli",
+                                                               "prompt": f"instant {i}", "timeout": 30})
+        assert resp.status_code == 200, resp.text
+        assert resp.json()["last_message"] == f"MOCK: instant {i}"

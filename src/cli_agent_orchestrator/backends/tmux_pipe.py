@@ -15,10 +15,11 @@ What this source does differently from the control client, and why:
   elsewhere); when it ends it waits for tmux to mark the pane dead and reads
   `#{pane_dead_status}` with a tmux client process. The FIFO does end when the
   window is destroyed; then the window is reported gone.
-* Snapshots are taken with tmux client processes after draining what the FIFO
-  holds, so their place in the stream is best-effort: bytes still in flight
-  between tmux and the FIFO may be applied on top of a snapshot that already
-  shows them.
+* Requested snapshots are taken with tmux client processes after draining what
+  the FIFO holds, so their place in the stream is best-effort: bytes still in
+  flight between tmux and the FIFO may be applied on top of a snapshot that
+  already shows them. (The snapshot published when a pipe is (re)started is
+  exact: it is taken in the same tmux command.)
 * Layout changes (a human attaching with another size) are not detected.
 * No tmux commands travel over this source: the backend runs tmux client
   processes while it is active.
@@ -37,6 +38,7 @@ import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Callable
 
 from ..bus import EventBus
 from ..events import ScreenSnapshot, TerminalExited, TerminalOutput
@@ -44,9 +46,10 @@ from ..events import ScreenSnapshot, TerminalExited, TerminalOutput
 log = logging.getLogger(__name__)
 
 READ_SIZE = 64 * 1024
-# Chunks arriving within this window are published as one event: fewer loop
-# wake-ups during floods for at most this much added latency.
-COALESCE_WINDOW_S = 0.002
+# Chunks already waiting in the FIFO are published as one event (fewer loop
+# wake-ups during floods). There is deliberately no waiting window: it would merge
+# the echo of pasted input with the reply to Enter a few ms later, and the status
+# monitor needs to see the typed text on screen to tell a new turn from the last.
 MAX_BATCH = 256 * 1024
 # After the pane's process ends, how long to wait for tmux to reap it and know its
 # exit status. tmux 3.3a occasionally leaves a dead pane's process unreaped for
@@ -74,7 +77,7 @@ def fresh_fifo(path: Path) -> None:
 
 
 @functools.lru_cache(maxsize=1)
-def _prctl() -> object | None:
+def _prctl() -> Callable[..., int] | None:
     try:
         return ctypes.CDLL(None, use_errno=True).prctl
     except (OSError, AttributeError):
@@ -115,6 +118,18 @@ class _PaneState:
     settled: bool
 
 
+_STATE_FORMAT = "#{pane_pid}\t#{pane_dead}\t#{pane_dead_status}\t#{pane_dead_signal}"
+
+
+def _parse_state(line: str) -> _PaneState | None:
+    parts = line.split("\t")
+    if len(parts) != 4 or not parts[0].isdigit():
+        return None
+    pid, dead, status, signal = parts
+    return _PaneState(int(pid), dead == "1", int(status) if status.lstrip("-").isdigit() else None,
+                      dead == "1" and (status != "" or signal != ""))
+
+
 class _FifoReader:
     """One terminal: FIFO bytes → TerminalOutput, end of the pane → TerminalExited."""
 
@@ -140,6 +155,7 @@ class _FifoReader:
         self._snapshot_wanted = False
         self._exited = False
         self._repipes: list[float] = []
+        self._piped_ok = piped
 
     # --- loop side --------------------------------------------------------------
     def start(self) -> None:
@@ -188,18 +204,27 @@ class _FifoReader:
         self._fd = os.open(self.path, os.O_RDONLY | os.O_NONBLOCK)
         self._poll.register(self._fd, select.POLLIN)
 
-    def _pipe(self) -> bool:
-        # Without -o: any existing pipe (e.g. a cat left by a killed cao-server) is
-        # replaced. -O: the pane's output goes to the command's stdin.
-        ok, err = self.tmux("pipe-pane", "-O", "-t", self.pane_id, pipe_command(self.path))
-        if not ok:
-            log.debug("pipe-pane %s failed: %s", self.pane_id, err.strip())
-        return ok
+    def _pipe(self) -> _PaneState | None:
+        """(Re)start the pipe; with it, in the same tmux command, read the pane's state
+        and publish a snapshot. tmux runs a command list without reading any pane in
+        between, so this snapshot sits exactly where the FIFO's stream begins.
+
+        Without -o, any existing pipe (e.g. a cat left by a killed cao-server) is
+        replaced; -O sends the pane's output to the command's stdin."""
+        ok, out = self.tmux("display-message", "-p", "-t", self.pane_id, _STATE_FORMAT, ";",
+                            "pipe-pane", "-O", "-t", self.pane_id, pipe_command(self.path), ";",
+                            *self._snapshot_args())
+        if not ok:  # the pane is gone or dead (tmux refuses to pipe a dead pane)
+            log.debug("pipe-pane %s failed: %s", self.pane_id, out.strip())
+            self._piped_ok = False
+            return self._pane_state()
+        self._piped_ok = True
+        state, _, snapshot = out.partition("\n")
+        self._publish_snapshot(snapshot)
+        return _parse_state(state)
 
     def _begin(self) -> bool:
-        if not self.piped:
-            self._pipe()
-        pane = self._pane_state()
+        pane = self._pane_state() if self.piped else self._pipe()
         if pane is None:
             if self.piped:
                 self._publish_exit(None, window_gone=True)
@@ -211,6 +236,8 @@ class _FifoReader:
                 self._on_process_exit()
             self._exited = True
             return True
+        if not self.piped and not self._piped_ok:
+            log.error("could not pipe pane %s of %s; its output is not read", self.pane_id, self.terminal_id)
         self._watch_process(pane.pid)
         return True
 
@@ -249,8 +276,7 @@ class _FifoReader:
                 self._on_process_exit()
 
     def _read_batch(self) -> bytes | None:
-        """What the FIFO holds now plus chunks following within the coalesce window;
-        None at EOF (every writer gone)."""
+        """Everything the FIFO holds now (up to MAX_BATCH); None at EOF (every writer gone)."""
         try:
             first = os.read(self._fd, READ_SIZE)
         except BlockingIOError:
@@ -258,9 +284,7 @@ class _FifoReader:
         if not first:
             return None
         chunks, size = [first], len(first)
-        while size < MAX_BATCH:
-            if not _poll_one(self._fd, COALESCE_WINDOW_S):
-                break
+        while size < MAX_BATCH and len(chunks[-1]) == READ_SIZE:  # a full read: maybe more
             try:
                 more = os.read(self._fd, READ_SIZE)
             except BlockingIOError:
@@ -301,8 +325,7 @@ class _FifoReader:
             return False
         log.warning("pipe of %s (%s) was closed; reconnecting", self.terminal_id, self.pane_id)
         self._open_fifo()  # a fresh open: the hang-up of the old one would persist
-        if self._pipe():
-            self._snapshot()
+        self._pipe()
         return True
 
     def _on_process_exit(self) -> None:
@@ -338,20 +361,20 @@ class _FifoReader:
 
     def _pane_state(self) -> _PaneState | None:
         """The pane as tmux sees it now, or None when it no longer exists."""
-        ok, out = self.tmux("display-message", "-p", "-t", self.pane_id,
-                            "#{pane_pid}\t#{pane_dead}\t#{pane_dead_status}\t#{pane_dead_signal}")
-        parts = out.rstrip("\n").split("\t") if ok else []
-        if len(parts) != 4 or not parts[0].isdigit():
-            return None
-        pid, dead, status, signal = parts
-        return _PaneState(int(pid), dead == "1", int(status) if status.lstrip("-").isdigit() else None,
-                          dead == "1" and (status != "" or signal != ""))
+        ok, out = self.tmux("display-message", "-p", "-t", self.pane_id, _STATE_FORMAT)
+        return _parse_state(out.rstrip("\n")) if ok else None
+
+    def _snapshot_args(self) -> list[str]:
+        return ["display-message", "-p", "-t", self.pane_id, "#{cursor_x} #{cursor_y}", ";",
+                "capture-pane", "-p", "-e", "-t", self.pane_id]
 
     def _snapshot(self) -> None:
-        ok, out = self.tmux("display-message", "-p", "-t", self.pane_id, "#{cursor_x} #{cursor_y}", ";",
-                            "capture-pane", "-p", "-e", "-t", self.pane_id)
-        if not ok:
-            return
+        ok, out = self.tmux(*self._snapshot_args())
+        if ok:
+            self._publish_snapshot(out)
+
+    def _publish_snapshot(self, out: str) -> None:
+        """`out`: the cursor line, then the captured rows (each ending in a newline)."""
         cursor, _, text = out.partition("\n")
         parts = cursor.split()
         x, y = (int(parts[0]), int(parts[1])) if len(parts) == 2 and all(p.isdigit() for p in parts) else (0, 0)

@@ -48,6 +48,8 @@ class _Watched:
     dirty: bool = False
     exited: bool = False
     composer_has_text: bool = False
+    status_at_submit: TerminalStatus = TerminalStatus.UNKNOWN
+    upper_at_submit: tuple[str, ...] = ()
     hooks_seen: bool = False  # the CLI reports its own turns; the screen then only sees dialogs and errors
 
 
@@ -154,6 +156,8 @@ class StatusMonitor:
         if term is not None:
             term.turn = event.turn
             term.phase = _SENT
+            term.status_at_submit = term.status
+            term.upper_at_submit = _upper_rows(term.screen)
 
     async def on_exited(self, event: Event) -> None:
         assert isinstance(event, TerminalExited)
@@ -205,7 +209,7 @@ class StatusMonitor:
                 if reading.composer_has_text:
                     term.phase = _COMPOSER_SEEN
                     return
-                if term.phase == _SENT:
+                if term.phase == _SENT and not self._new_turn_on_screen(term):
                     return  # still the previous turn's screen
             term.phase = _SETTLED
             await self._publish(terminal_id, term, new, "screen", reading.reason, force=True)
@@ -216,6 +220,14 @@ class StatusMonitor:
             return  # a finished turn stays completed until new input (typed text counts)
         if new != term.status or reading.reason != term.reason:
             await self._publish(terminal_id, term, new, "screen", reading.reason)
+
+    @staticmethod
+    def _new_turn_on_screen(term: _Watched) -> bool:
+        """A ready screen right after a submit belongs to the new turn when the echo and the
+        answer arrived together (nothing in between to see): the screen above its last two
+        rows (prompt and footer redraws) changed, or the agent was waiting for this answer."""
+        return (term.status_at_submit == TerminalStatus.WAITING_USER_ANSWER
+                or _upper_rows(term.screen) != term.upper_at_submit)
 
     async def _publish(self, terminal_id: str, term: _Watched, status: TerminalStatus, source: str,
                        reason: str, force: bool = False) -> None:
@@ -253,6 +265,12 @@ def _load_screen(term: _Watched, captured: str, cursor: tuple[int, int] | None) 
     term.stream.feed(captured.rstrip("\n").replace("\n", "\r\n").encode())
     if cursor is not None:
         term.stream.feed(f"\x1b[{cursor[1] + 1};{cursor[0] + 1}H".encode())
+
+
+def _upper_rows(screen: pyte.Screen) -> tuple[str, ...]:
+    """The screen's non-blank rows but the last two (where prompts and footers redraw)."""
+    rows = [line.rstrip() for line in screen.display if line.strip()]
+    return tuple(rows[:-2])
 
 
 def _render(screen: pyte.Screen) -> Screen:
