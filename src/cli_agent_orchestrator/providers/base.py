@@ -95,3 +95,6 @@ class Provider:
     # While waiting_user_answer: the keys that give `answer` to the dialog on the
     # screen (menus that ignore pasted text), or None to paste the answer as text.
     dialog_keys: Callable[[Screen, str], Sequence[str] | None] = no_dialog_keys
+    # extract_reply gets history lines untrimmed (trailing blanks can be the only mark
+    # that tells a reply from echoed text, as in opencode's inline mode).
+    raw_history: bool = False

@@ -276,8 +276,9 @@ class TerminalService:
         text = await self.history(terminal_id)
         if mode == "full":
             return text
-        lines = [line.rstrip() for line in text.splitlines()]
-        reply = get_provider(term.provider).extract_reply(lines)
+        provider = get_provider(term.provider)
+        lines = text.splitlines() if provider.raw_history else [line.rstrip() for line in text.splitlines()]
+        reply = provider.extract_reply(lines)
         if reply is None:
             raise Conflict(f"terminal {terminal_id} has no reply to extract yet (status {term.status})")
         return reply

@@ -1,0 +1,223 @@
+"""Record opencode's screens as fixtures for tests/test_screens_opencode_cli.py.
+
+    .venv/bin/python scripts/record_screens/opencode_cli.py [--out DIR]
+
+Writes into tests/fixtures/screens/opencode_cli/: `<state>.txt` (the visible 220x50
+screen), `<state>.json` (cursor, and the status / reply the provider must read) and,
+for finished turns, `<state>.history.txt` (tmux's joined scrollback as cao captures
+it, trailing blanks kept: extract_reply is tested on it both as is and stripped).
+
+The pinned CLI (installed the way the tests install it) runs in tmux on a private
+socket, started by the provider's own build_launch, against the scripted model, in
+a throw-away home. Waits key on plain text, never on the provider's read_status, so
+after a CLI upgrade the recording still completes and the screen tests show what
+no longer reads right.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shlex
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(REPO / "tests"))
+
+from real_cli_support import isolated_home_env, npm_binary  # noqa: E402
+
+from cli_agent_orchestrator.providers import opencode_cli  # noqa: E402
+from cli_agent_orchestrator.providers.base import LaunchContext  # noqa: E402
+from cli_agent_orchestrator.scripted_model.harness import ScriptedModelServer  # noqa: E402
+
+VERSION = "1.18.33"
+HELLO = "Hello from the scripted model.\n\nA second paragraph, after a blank line."
+RULES = [
+    {"match": "say hello", "reply": HELLO},
+    {"match": "take your time", "steps": [{"delay_ms": 6000}, {"text": "Done after a pause."}]},
+    {"match": "print the marker", "steps": [{"tool": "shell", "args": {"command": "echo marker-$((6*7))"}},
+                                            {"text": "The command printed marker-42."}]},
+    {"match": "break now", "steps": [{"error": 400, "message": "scripted refusal", "times": 99}]},
+    {"match": "use the tools", "steps": [  # every other kind of tool block above a reply
+        {"tool": "write", "args": {"filePath": "notes.txt", "content": "alpha\n\nbeta\n"}},
+        {"tool": "edit", "args": {"filePath": "notes.txt", "oldString": "beta", "newString": "gamma"}},
+        {"tool": "read", "args": {"filePath": "notes.txt"}},
+        {"tool": "todowrite", "args": {"todos": [{"id": "1", "content": "check", "status": "pending",
+                                                  "priority": "high"}]}},
+        {"tool": "mcp:cao-mcp-server:send_message", "args": {"receiver_id": "0badc0de", "message": "hi"}},
+        {"text": "Used every tool."}]},
+]
+FOOTER = "ctrl+p cmd"
+
+
+class Pane:
+    """One tmux server on a private socket, one 220x50 window running the launch argv."""
+
+    def __init__(self, name: str, argv: list[str], env: dict[str, str], cwd: Path):
+        self.socket, self.env = f"cao-rec-opencode-{os.getpid()}-{name}", env
+        self.tmux("new-session", "-d", "-s", "rec", "-x", "220", "-y", "50", "-c", str(cwd),
+                  shlex.join(argv))
+        self.tmux("set-option", "-t", "rec", "remain-on-exit", "on")
+
+    def tmux(self, *args: str) -> str:
+        return subprocess.run(["tmux", "-L", self.socket, *args], env=self.env, check=True,
+                              capture_output=True, text=True).stdout
+
+    def screen(self) -> str:
+        return self.tmux("capture-pane", "-p", "-t", "rec")
+
+    def history(self) -> str:
+        return self.tmux("capture-pane", "-p", "-J", "-S", "-", "-t", "rec")
+
+    def cursor(self) -> list[int]:
+        x, y = self.tmux("display-message", "-p", "-t", "rec", "#{cursor_x} #{cursor_y}").split()
+        return [int(y), int(x)]
+
+    def keys(self, *keys: str) -> None:
+        self.tmux("send-keys", "-t", "rec", *keys)
+
+    def type(self, text: str, enter: bool = True) -> None:
+        self.tmux("send-keys", "-t", "rec", "-l", text)
+        if enter:
+            time.sleep(0.4)
+            self.keys("Enter")
+
+    def wait(self, *markers: str, absent: tuple[str, ...] = (), timeout: float = 60) -> str:
+        deadline = time.monotonic() + timeout
+        while True:
+            text = self.screen()
+            if all(m in text for m in markers) and not any(a in text for a in absent):
+                return text
+            if time.monotonic() > deadline:
+                print(f"  ! timed out waiting for {markers} (absent {absent}); keeping what is there")
+                return text
+            time.sleep(0.1)
+
+    def settle(self, *markers: str, absent: tuple[str, ...] = (), timeout: float = 60) -> str:
+        """The markers, then a still screen (the progress dots move every frame)."""
+        self.wait(*markers, absent=absent, timeout=timeout)
+        time.sleep(0.6)
+        return self.wait(*markers, absent=absent, timeout=5)
+
+    def kill(self) -> None:
+        subprocess.run(["tmux", "-L", self.socket, "kill-server"], env=self.env, capture_output=True)
+
+
+def save(out: Path, state: str, pane: Pane, expect: dict, text: str, history: bool = False) -> None:
+    expect = {**expect, "cursor": pane.cursor()}
+    (out / f"{state}.txt").write_text(text.rstrip("\n") + "\n", encoding="utf-8")
+    if history:
+        (out / f"{state}.history.txt").write_text(pane.history().rstrip("\n") + "\n", encoding="utf-8")
+    (out / f"{state}.json").write_text(json.dumps(expect, indent=2) + "\n", encoding="utf-8")
+    print(f"  {state}: {expect}")
+
+
+def launch(root: Path, name: str, yolo: bool) -> Pane:
+    ctx = LaunchContext(terminal_id=name.encode().hex()[:8].ljust(8, "0"), profile_name="recorder",
+                        system_prompt="You are a recording fixture.", working_directory=str(root / "work"),
+                        home_dir=root / f"cao-{name}", yolo=yolo)
+    launch = opencode_cli.build_launch(ctx)
+    env = {k: v for k, v in os.environ.items() if k not in ("TMUX", "TMUX_PANE")}
+    env.update(launch.env, CAO_TERMINAL_ID=ctx.terminal_id)
+    return Pane(name, launch.argv, env, root / "work")
+
+
+def record(root: Path, out: Path, panes: list[Pane]) -> None:
+    (root / "work").mkdir()
+    pane = launch(root, "main", yolo=False)
+    panes.append(pane)
+    first = pane.wait("OpenCode", timeout=60)
+    if FOOTER not in first:
+        save(out, "starting", pane, {"status": "unknown"}, first)
+    save(out, "idle", pane, {"status": "idle", "composer_has_text": False}, pane.settle("Ask anything", FOOTER))
+    pane.type("please say hello", enter=False)
+    save(out, "composer", pane, {"status": "idle", "composer_has_text": True},
+         pane.settle("please say hello", FOOTER, absent=("Ask anything",)))
+    pane.keys("Enter")
+    save(out, "done", pane, {"status": "completed", "reply": HELLO},
+         pane.settle("A second paragraph", "▣ ", FOOTER, absent=("esc interrupt",)), history=True)
+    pane.type("please take your time")
+    save(out, "working", pane, {"status": "processing"}, pane.wait("esc interrupt", "› please take"))
+    pane.type("a draft for later", enter=False)
+    save(out, "working_composer", pane, {"status": "processing", "composer_has_text": True},
+         pane.wait("a draft for later", "esc interrupt"))
+    pane.keys("C-u")
+    pane.settle("Done after a pause.", FOOTER, absent=("esc interrupt",), timeout=30)
+    pane.type("please print the marker")
+    save(out, "permission", pane, {"status": "waiting_user_answer"}, pane.settle("Permission required", "Allow once"))
+    pane.keys("Enter")  # "Allow once" is preselected
+    save(out, "permission_answered", pane, {"status": "completed", "reply": "The command printed marker-42."},
+         pane.settle("The command printed marker-42.", FOOTER, absent=("esc interrupt",)), history=True)
+    pane.type("please take your time again")
+    pane.wait("esc interrupt", "again")
+    pane.keys("Escape")  # the first Escape only arms the interrupt
+    save(out, "interrupt_armed", pane, {"status": "processing"}, pane.wait("esc again to interrupt"))
+    pane.keys("Escape")
+    save(out, "interrupted", pane, {"status": "idle"},
+         pane.settle(FOOTER, absent=("interrupt",), timeout=20), history=True)
+    pane.type("please break now")
+    save(out, "error", pane, {"status": "error"},
+         pane.settle("scripted refusal", FOOTER, absent=("esc interrupt",), timeout=60))
+    pane.type("please say hello once more")
+    save(out, "done_after_error", pane, {"status": "completed", "reply": HELLO},
+         pane.settle("once more", FOOTER, absent=("esc interrupt",), timeout=60), history=True)
+    pane.type("/exit")
+    save(out, "exited", pane, {"status": "unknown"}, pane.settle("Continue", absent=(FOOTER,), timeout=20))
+    pane.kill()
+
+    yolo = launch(root, "yolo", yolo=True)
+    panes.append(yolo)
+    yolo.settle("Ask anything", FOOTER)
+    yolo.type("please print the marker")
+    save(out, "tool_done", yolo, {"status": "completed", "reply": "The command printed marker-42."},
+         yolo.settle("The command printed marker-42.", FOOTER, absent=("esc interrupt",)), history=True)
+    yolo.type("please use the tools")
+    save(out, "many_tools", yolo, {"status": "completed", "reply": "Used every tool."},
+         yolo.settle("Used every tool.", FOOTER, absent=("esc interrupt",)), history=True)
+    multi = "first paragraph of the task\n\nplease say hello"
+    yolo.tmux("set-buffer", "-b", "multi", multi)
+    yolo.tmux("paste-buffer", "-p", "-b", "multi", "-t", "rec")
+    time.sleep(0.4)
+    yolo.keys("Enter")
+    save(out, "paragraph_prompt", yolo, {"status": "completed", "reply": HELLO, "stripped_reply_known_wrong": True},
+         yolo.settle("first paragraph of the task", "A second paragraph", FOOTER, absent=("esc interrupt",)),
+         history=True)
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--out", type=Path, default=REPO / "tests" / "fixtures" / "screens" / "opencode_cli")
+    args = parser.parse_args()
+    binary = npm_binary("opencode-ai", VERSION, "opencode")
+    root = Path(tempfile.mkdtemp(prefix="cao-rec-opencode-"))
+    os.environ.update(isolated_home_env(root))
+    os.environ["PATH"] = f"{binary.parent}{os.pathsep}{os.environ['PATH']}"
+    os.environ["CAO_API_PORT"] = "9"  # the status plugin and cao-mcp-server must not reach a real cao-server
+    args.out.mkdir(parents=True, exist_ok=True)
+    panes: list[Pane] = []
+    try:
+        with ScriptedModelServer() as model:
+            model.set_script("rec", RULES)
+            config = Path(os.environ["XDG_CONFIG_HOME"]) / "opencode" / "opencode.json"
+            config.parent.mkdir(parents=True, exist_ok=True)
+            config.write_text(json.dumps({
+                "$schema": "https://opencode.ai/config.json", "model": "scripted/fake-model",
+                "small_model": "scripted/fake-model",
+                "provider": {"scripted": {"npm": "@ai-sdk/openai-compatible", "name": "Scripted",
+                                          "options": {"baseURL": model.base_url("rec", "/v1"), "apiKey": "x"},
+                                          "models": {"fake-model": {"name": "Fake Model", "tool_call": True}}}}}))
+            record(root, args.out, panes)
+    finally:
+        for pane in panes:
+            pane.kill()
+        shutil.rmtree(root, ignore_errors=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,101 @@
+"""Kiro CLI provider on screens SYNTHESISED by hand from the reference markers (shared notes,
+core-contract §11) — kiro-cli cannot be installed here, so nothing in
+tests/fixtures/screens/kiro_cli/ was captured from the real CLI (see its README.md).
+
+Every status rule of §11 has at least one fixture (the `rule` field names it), plus the
+consent dialog's answer, the launch line and each extraction form.
+"""
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+import pytest
+
+from cli_agent_orchestrator.providers import kiro_cli as kiro
+from cli_agent_orchestrator.providers.base import LaunchContext, Screen
+from cli_agent_orchestrator.providers.registry import get_provider
+
+FIXTURES = Path(__file__).parent / "fixtures" / "screens" / "kiro_cli"
+STATES = sorted(p.stem for p in FIXTURES.glob("*.json"))
+HISTORIES = sorted(p.name.removesuffix(".history.txt") for p in FIXTURES.glob("*.history.txt"))
+
+
+def expected(state: str) -> dict:
+    return json.loads((FIXTURES / f"{state}.json").read_text(encoding="utf-8"))
+
+
+def screen(state: str) -> Screen:
+    lines = (FIXTURES / f"{state}.txt").read_text(encoding="utf-8").split("\n")
+    row, col = expected(state)["cursor"]
+    return Screen([line.rstrip() for line in (lines + [""] * 50)[:50]], row, col)
+
+
+def test_fixtures_are_labelled_synthesised_and_cover_every_status_rule():
+    rules = set()
+    for state in STATES:
+        data = expected(state)
+        assert "NOT captured" in data["synthesised"], state
+        # "N: ..." names the deciding rule; "N does not apply ... → M" the one that decides instead.
+        deciding = re.search(r"→ (\d+)", data["rule"]) or re.match(r"(\d+)", data["rule"])
+        assert deciding, (state, data["rule"])
+        rules.add(int(deciding.group(1)))
+    assert rules == set(range(1, 12)), sorted(rules)
+
+
+@pytest.mark.parametrize("state", STATES)
+def test_read_status_follows_the_reference_rules(state: str):
+    want = expected(state)
+    reading = kiro.read_status(screen(state))
+    assert reading.status.value == want["status"], (state, want["rule"], reading)
+    if "composer_has_text" in want:
+        assert reading.composer_has_text is want["composer_has_text"], state
+
+
+@pytest.mark.parametrize("state", [s for s in STATES if "startup_keys" in expected(s)])
+def test_only_the_consent_dialog_with_its_cursor_on_no_exit_is_answered(state: str):
+    assert kiro.answer_startup_dialog(screen(state)) == expected(state)["startup_keys"]
+
+
+@pytest.mark.parametrize("state", HISTORIES)
+def test_extract_reply(state: str):
+    lines = (FIXTURES / f"{state}.history.txt").read_text(encoding="utf-8").split("\n")
+    assert kiro.extract_reply(lines) == expected(state)["reply"], state
+
+
+def test_error_reason_quotes_the_message():
+    assert "trouble responding" in kiro.read_status(screen("error_trouble")).reason
+
+
+def test_idle_prompt_matches_any_profile_and_its_optional_parts():
+    for prompt in ("[developer] >", "[my-agent_2] 45% >", "[x] λ >", "[x] !>", "[x] 7% λ !> typed"):
+        assert kiro.read_status(Screen([prompt])).status.value == "idle", prompt
+    assert kiro.read_status(Screen(["[x] 7% λ !> typed"])).composer_has_text
+    assert not kiro.read_status(Screen(["[x] >   "])).composer_has_text
+
+
+# --- launch ------------------------------------------------------------------------
+def context(**kw) -> LaunchContext:
+    values = dict(terminal_id="0123abcd", profile_name="developer", system_prompt="", working_directory="/tmp",
+                  home_dir=Path("/tmp/cao"))
+    values.update(kw)
+    return LaunchContext(**values)
+
+
+def test_launch_line_starts_the_tui_with_trust_all_tools():
+    argv = kiro.build_launch(context(model="claude-sonnet-4.5")).argv
+    assert Path(argv[0]).name == "kiro-cli"
+    assert argv[1:] == ["chat", "--agent-engine", "v2", "--trust-all-tools", "--model", "claude-sonnet-4.5",
+                        "--agent", "developer"]
+
+
+@pytest.mark.parametrize("kw", [{"allowed_tools": ["*"]}, {"yolo": True}])
+def test_unrestricted_tools_start_the_legacy_ui(kw: dict):
+    argv = kiro.build_launch(context(**kw)).argv
+    assert argv[1:] == ["chat", "--agent-engine", "v2", "--legacy-ui", "--trust-all-tools", "--agent", "developer"]
+
+
+def test_registered_as_the_default_provider_with_its_binary_and_exit():
+    spec = get_provider("kiro_cli")
+    assert (spec.binary, spec.exit_command, spec.accepts_input_while_busy) == ("kiro-cli", "/exit", False)
