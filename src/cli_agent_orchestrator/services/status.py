@@ -62,6 +62,7 @@ class StatusMonitor:
         # which arrives in stream order (backend.request_snapshot).
         self.request_snapshot: Callable[[str], bool] | None = None
         self._snapshot_pending: set[str] = set()
+        self._resync_after: set[str] = set()
 
     # --- registration -----------------------------------------------------------
     def watch(self, terminal_id: str, provider: Provider, width: int = 220, height: int = 50,
@@ -74,9 +75,13 @@ class StatusMonitor:
 
     def resync(self, terminal_id: str) -> None:
         """Our copy of the screen may be stale (drops, resize, restart): re-read it from tmux."""
-        if terminal_id in self._terms and terminal_id not in self._snapshot_pending and self.request_snapshot:
-            if self.request_snapshot(terminal_id):
-                self._snapshot_pending.add(terminal_id)
+        if terminal_id not in self._terms or self.request_snapshot is None:
+            return
+        if terminal_id in self._snapshot_pending:
+            # Output lost after the pending snapshot was taken is not in it: take another.
+            self._resync_after.add(terminal_id)
+        elif self.request_snapshot(terminal_id):
+            self._snapshot_pending.add(terminal_id)
 
     # --- queries ----------------------------------------------------------------
     def status(self, terminal_id: str) -> TerminalStatus | None:
@@ -128,6 +133,9 @@ class StatusMonitor:
         if term is not None:
             _load_screen(term, event.text, (event.cursor_x, event.cursor_y))
             self._schedule(event.terminal_id, term)
+        if event.terminal_id in self._resync_after:
+            self._resync_after.discard(event.terminal_id)
+            self.resync(event.terminal_id)
 
     def on_resized(self, event: TerminalResized) -> None:
         """Keep the emulator's geometry equal to the pane's, then re-read the screen."""
