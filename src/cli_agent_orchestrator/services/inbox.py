@@ -26,6 +26,7 @@ from ..bus import EventBus
 from ..errors import InvalidInput, NotFound
 from ..events import Event, InboxDelivered, InboxFailed, InboxQueued, StatusChanged, TerminalRemoved
 from ..models import TERMINAL_ID_RE, InboxMessage, MessageStatus
+from ..providers.base import Screen
 from ..settings import Settings
 from ..store import Store
 from .input import InputService, is_ready_for_input, neutralise
@@ -136,9 +137,20 @@ class InboxService:
     # --- crash recovery and safety net --------------------------------------------
     async def recover(self) -> None:
         """After a restart: settle messages caught mid-delivery, then deliver what waits."""
-        for msg in await self.store.run(self.store.messages_in_status, MessageStatus.DELIVERING):
-            await self._reconcile(msg, "cao-server stopped during delivery")
+        await self.settle_in_flight("cao-server stopped during delivery")
         await self.sweep_once()
+
+    async def settle_in_flight(self, why: str) -> None:
+        """Decide the fate of DELIVERING rows nobody is delivering right now. Until that is
+        decided a receiver gets nothing newer (claim_next), so order survives a crash."""
+        for msg in await self.store.run(self.store.messages_in_status, MessageStatus.DELIVERING):
+            lock = self.typing.lock(msg.receiver_id)
+            if lock.locked():
+                continue  # a live delivery owns it
+            async with lock:
+                current = await self.store.run(self.store.get_message, msg.id)
+                if current is not None and current.status == MessageStatus.DELIVERING:
+                    await self._reconcile(current, why)
 
     async def _reconcile(self, msg: InboxMessage, why: str) -> None:
         try:
@@ -148,15 +160,24 @@ class InboxService:
             await self._fail([msg], "receiver terminal no longer exists")
             return
         if _visible(msg.message, text):
-            if self.monitor.composer_has_text(msg.receiver_id):
-                await self.typing.send_keys(window_id, ["Enter"])
+            if await self._composer_has_text(msg.receiver_id, window_id):
+                await self.typing.send_keys(window_id, ["Enter"])  # pasted, never submitted
             await self.store.run(self.store.finish_message, msg.id, MessageStatus.DELIVERED)
             self.bus.publish(InboxDelivered(msg.id, msg.receiver_id, msg.sender_id))
         else:
             log.info("message %s not on %s's screen (%s): back to pending", msg.id, msg.receiver_id, why)
             await self.store.run(self.store.finish_message, msg.id, MessageStatus.PENDING)
 
+    async def _composer_has_text(self, receiver_id: str, window_id: str) -> bool:
+        """Read from the pane itself: after a restart the monitor may not have a screen yet."""
+        provider = self.monitor.provider_of(receiver_id)
+        if provider is None:
+            return False
+        visible = await self.terminals.backend.capture(window_id)
+        return provider.read_status(Screen(visible.rstrip("\n").split("\n"))).composer_has_text
+
     async def sweep_once(self) -> None:
+        await self.settle_in_flight("delivery was interrupted")
         for receiver in await self.store.run(self.store.receivers_with_pending):
             if self.monitor.status(receiver) is None:
                 term = await self.store.run(self.store.get_terminal, receiver)

@@ -161,6 +161,12 @@ class Store:
         deliverers, only the one whose UPDATE changes the row may paste it.
         """
         with self.engine.begin() as conn:
+            in_flight = conn.execute(
+                sa.select(inbox_messages.c.id)
+                .where(inbox_messages.c.receiver_id == receiver_id,
+                       inbox_messages.c.status == MessageStatus.DELIVERING.value).limit(1)).first()
+            if in_flight is not None:
+                return None  # an earlier message's fate is open (a crash mid-delivery): order first
             row = conn.execute(
                 sa.select(inbox_messages)
                 .where(inbox_messages.c.receiver_id == receiver_id,
