@@ -204,7 +204,7 @@ class StatusMonitor:
             return
         term.composer_has_text = reading.composer_has_text
         new = reading.status
-        if term.hooks_seen and new in _HOOK_DECIDED and not reading.definite and not (
+        if term.hooks_seen and term.phase == _SETTLED and new in _HOOK_DECIDED and not reading.definite and not (
                 new == TerminalStatus.PROCESSING and term.status_source == "screen"
                 and term.status in (TerminalStatus.WAITING_USER_ANSWER, TerminalStatus.ERROR)):
             # Busy/done/idle come from the CLI's hooks; the screen may only end a
@@ -264,6 +264,10 @@ class StatusMonitor:
         if reading is None:
             return None
         term.hooks_seen = True
+        if term.phase != _SETTLED and reading.status in (TerminalStatus.COMPLETED, TerminalStatus.IDLE):
+            # A turn is pending and this is the end of the previous one (a message queued
+            # during a turn): only a busy signal can settle the new turn.
+            return None
         await self.set_external(terminal_id, reading.status, f"hook:{event}", reading.reason)
         return reading.status
 

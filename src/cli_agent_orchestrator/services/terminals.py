@@ -33,6 +33,7 @@ from .waiting import TerminalVanished, ready_or_stuck, wait_for
 
 log = logging.getLogger(__name__)
 
+MAX_STARTUP_ANSWERS = 12  # first-run screens (theme, notes, trust) can each be drawn more than once
 _ANSI = re.compile(r"\x1b\[[0-9;?]*[ -/]*[@-~]|\x1b\][^\x07\x1b]*(?:\x07|\x1b\\)|\x1b[@-Z\\-_]")
 
 
@@ -201,7 +202,7 @@ class TerminalService:
             except TerminalVanished:
                 raise WorkerError(f"terminal {terminal_id} was deleted while starting", terminal_id) from None
             screen = self.monitor.screen(terminal_id)
-            if status == TerminalStatus.WAITING_USER_ANSWER and screen is not None and answered < 5:
+            if status == TerminalStatus.WAITING_USER_ANSWER and screen is not None and answered < MAX_STARTUP_ANSWERS:
                 keys = provider.answer_startup_dialog(screen)
                 if keys:
                     answered += 1
