@@ -98,3 +98,6 @@ class Provider:
     # extract_reply gets history lines untrimmed (trailing blanks can be the only mark
     # that tells a reply from echoed text, as in opencode's inline mode).
     raw_history: bool = False
+    # A pause between the paste and Enter for CLIs that read an Enter arriving right
+    # after a paste as part of it (Gemini turns it into a newline). A CLI quirk, not sync.
+    enter_delay_s: float = 0.0

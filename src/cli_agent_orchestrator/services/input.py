@@ -82,6 +82,9 @@ class InputService:
         try:
             self.bus.publish(InputSubmitted(terminal_id, turn))
             await self.backend.paste(window_id, neutralise(text))
+            provider = self.monitor.provider_of(terminal_id)
+            if provider is not None and provider.enter_delay_s > 0:
+                await asyncio.sleep(provider.enter_delay_s)
             for attempt in range(SUBMIT_RETRIES + 1):
                 await self.backend.send_keys(window_id, ["Enter"])
                 if await self._confirmed(stream, turn):

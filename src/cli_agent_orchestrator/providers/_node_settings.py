@@ -1,0 +1,122 @@
+"""Settings-file plumbing (and a few screen helpers) shared by the Gemini CLI and Qwen Code
+providers.
+
+Both CLIs (qwen-code is a fork of gemini-cli) read a JSON-with-comments
+`settings.json` with the same `mcpServers` and `hooks` shapes. cao never writes
+the user's file: it reads it, lays its own per-terminal keys over a copy, and
+points the CLI at the copy (each provider says how).
+"""
+from __future__ import annotations
+
+import json
+import os
+import re
+import shlex
+from collections.abc import Callable, Iterable, Mapping
+from pathlib import Path
+from typing import Any
+
+from .base import LaunchContext
+from .common import MCP_SERVER_NAME, hook_argv, mcp_server
+
+HOOK_TIMEOUT_MS = 5000  # cao-hook gives up after 2 s itself; this only bounds a stuck interpreter
+# Keys a profile's `mcpServers` entry may carry over to the CLI's settings.
+_MCP_KEYS = ("command", "args", "env", "cwd", "url", "httpUrl", "headers", "timeout", "trust")
+
+# A string, a comment, or a comma that only precedes a closing bracket. Strings are
+# matched first so that `//` or `,}` inside a value is left alone.
+_JSONC_TOKEN = re.compile(r'"(?:\\.|[^"\\])*"|//[^\n]*|/\*.*?\*/|,(?=\s*[}\]])', re.S)
+
+
+def read_jsonc(path: Path) -> dict[str, Any]:
+    """A settings file as the CLI reads it (comments and trailing commas allowed); {} if absent or
+    unreadable, since the CLI itself would then run on its defaults too."""
+    try:
+        text = path.read_text(encoding="utf-8")
+    except OSError:
+        return {}
+    cleaned = _JSONC_TOKEN.sub(lambda m: m.group(0) if m.group(0).startswith('"') else "", text)
+    try:
+        value = json.loads(cleaned) if cleaned.strip() else {}
+    except json.JSONDecodeError:
+        return {}
+    return value if isinstance(value, dict) else {}
+
+
+def merge(base: Mapping[str, Any], overlay: Mapping[str, Any]) -> dict[str, Any]:
+    """`overlay` over `base`: mappings merge key by key, lists keep the user's items and add ours
+    (so a user's own hooks and allow-lists keep working), any other value is replaced."""
+    out = dict(base)
+    for key, value in overlay.items():
+        old = out.get(key)
+        if isinstance(old, Mapping) and isinstance(value, Mapping):
+            out[key] = merge(old, value)
+        elif isinstance(old, list) and isinstance(value, list):
+            out[key] = old + [item for item in value if item not in old]
+        else:
+            out[key] = value
+    return out
+
+
+def hooks(events: Iterable[str]) -> dict[str, list]:
+    """`hooks` settings that run `cao-hook EVENT` for each event (JSON payload on stdin)."""
+    return {event: [{"hooks": [{"type": "command", "name": "cao-hook", "command": shlex.join(hook_argv(event)),
+                                "timeout": HOOK_TIMEOUT_MS}]}] for event in events}
+
+
+def mcp_servers(ctx: LaunchContext, trust: bool) -> dict[str, dict]:
+    """cao-mcp-server (trusted: its tools are cao's own orchestration calls) plus the profile's
+    other `mcpServers`. The profile's own cao-mcp-server entry is replaced by the real one,
+    which carries this terminal's identity."""
+    servers: dict[str, dict] = {}
+    declared = ctx.profile_extra.get("mcpServers")
+    if isinstance(declared, Mapping):
+        for name, spec in declared.items():
+            if name != MCP_SERVER_NAME and isinstance(spec, Mapping):
+                servers[str(name)] = {k: spec[k] for k in _MCP_KEYS if k in spec}
+    servers[MCP_SERVER_NAME] = {**mcp_server(ctx), "trust": trust}
+    return servers
+
+
+def write_private(path: Path, text: str) -> None:
+    """Write a file only this user can read (settings may hold tokens copied from the user's)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "w", encoding="utf-8") as fh:
+        fh.write(text)
+
+
+def write_json(path: Path, data: Mapping[str, Any]) -> None:
+    write_private(path, json.dumps(data, indent=2, ensure_ascii=False) + "\n")
+
+
+# --- screen helpers: both UIs come from the same Ink code base --------------------------------
+def last_index(rows: list[str], test: Callable[[str], object]) -> int | None:
+    return next((i for i in range(len(rows) - 1, -1, -1) if test(rows[i])), None)
+
+
+def trim(rows: list[str], status_row: re.Pattern[str]) -> list[str]:
+    """Rows without the trailing blank and status rows (spinner, hints, hook notices)."""
+    end = len(rows)
+    while end and (not rows[end - 1].strip() or status_row.search(rows[end - 1])):
+        end -= 1
+    return rows[:end]
+
+
+def box_question(box: list[str], option: re.Pattern[str]) -> str:
+    """The question a dialog box asks: its first line ending in "?", else its first text line."""
+    texts = [r.strip(" │") for r in box[1:-1] if r.strip(" │") and not option.match(r)]
+    return next((t for t in texts if t.endswith("?")), texts[0] if texts else "a question")
+
+
+_YES = {"y", "yes", "ok", "okay", "allow", "allow once", "approve", "accept", "proceed", "sure", "trust"}
+
+
+def menu_keys(answer: str) -> list[str]:
+    """Keys that answer a numbered option menu: a number picks that option, a yes picks the first
+    (allow once, trust), anything else declines with Esc. Typed words would be ignored by the menu
+    and the Enter after them would confirm the highlighted first option, whatever they said."""
+    word = " ".join(answer.strip().lower().rstrip(".!").split())
+    if len(word) == 1 and word.isdigit():
+        return [word]
+    return ["1"] if word in _YES else ["Escape"]

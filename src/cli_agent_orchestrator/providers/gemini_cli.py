@@ -1,0 +1,255 @@
+"""Provider for Gemini CLI (npm `@google/gemini-cli`, tested with 0.61.0, binary `gemini`).
+
+Per-terminal settings. Gemini reads `~/.gemini/settings.json` (user), the
+workspace's `.gemini/settings.json` and a system file. The system-file override
+(`GEMINI_CLI_SYSTEM_SETTINGS_PATH`) is ignored unless the file and every parent
+directory are owned by root and not group/world-writable, so it cannot serve an
+ordinary user; the workspace file would mean writing into the user's project.
+What is left is `GEMINI_CLI_HOME`, which moves `~`: each terminal gets a shadow
+home whose `.gemini/` holds a merged copy of the user's settings plus cao's keys,
+and symlinks to every other entry of the user's `~/.gemini` (credentials,
+accounts, history, extensions, commands, policies), so a user's login keeps
+working and their files are read but never rewritten by cao.
+
+The profile's system prompt becomes the global context file (`GEMINI.md`) of
+the shadow home, followed by the user's own global one: Gemini has no flag that
+appends to its system prompt, and replacing it (`GEMINI_SYSTEM_MD`) would drop
+the CLI's own tool instructions.
+"""
+from __future__ import annotations
+
+import json
+import os
+import re
+from pathlib import Path
+
+from ..models import TerminalStatus
+from ._node_settings import (box_question, hooks, last_index, mcp_servers, menu_keys, merge, read_jsonc, trim,
+                             write_json, write_private)
+from .base import Launch, LaunchContext, Provider, Screen, StatusReading
+from .common import MCP_SERVER_NAME, terminal_dir
+
+DEFAULT_MODEL = "gemini-2.5-flash"  # the "auto" router wants a JSON verdict first; pin a model instead
+_HOOK_EVENTS = ("BeforeAgent", "AfterTool", "AfterAgent")
+# Entries of the real home that Gemini reads through its home directory as well.
+_HOME_ENTRIES = (".agents", ".env")
+# cao's profile vocabulary → Gemini tool names, for allowed tools given in the Claude/Kiro style.
+_TOOL_ALIASES = {"execute_bash": ["run_shell_command"], "bash": ["run_shell_command"],
+                 "shell": ["run_shell_command"], "fs_read": ["read_file", "list_directory", "glob", "grep_search"],
+                 "fs_write": ["write_file", "replace"]}
+
+
+def _overlay(ctx: LaunchContext, user: dict) -> dict:
+    overlay: dict = {
+        # An update would rewrite the npm install shared by every terminal.
+        "general": {"enableAutoUpdate": False, "enableAutoUpdateNotification": False},
+        "privacy": {"usageStatisticsEnabled": False},
+        # No trust screen: the working directory was chosen by whoever started the agent.
+        "security": {"folderTrust": {"enabled": False}},
+        "hooksConfig": {"enabled": True},  # cao's status comes from hooks first
+        "hooks": hooks(_HOOK_EVENTS),
+        "mcpServers": mcp_servers(ctx, trust=True),
+        # History in tmux's scrollback (for the reply), and whole redraws: incremental
+        # rendering leaves fragments of old rows that the status reader would see.
+        "ui": {"useAlternateBuffer": False, "incrementalRendering": False},
+        # Plain child processes for the shell tool: under load, the pty-backed shell of 0.61
+        # returned "(empty)" for a quick `echo` in about one run out of three.
+        "tools": {"shell": {"enableInteractiveShell": False}},
+    }
+    allowed = user.get("mcp", {}).get("allowed") if isinstance(user.get("mcp"), dict) else None
+    if isinstance(allowed, list):  # a user allow-list would otherwise hide cao's server
+        overlay["mcp"] = {"allowed": [MCP_SERVER_NAME]}
+    auth = (user.get("security") or {}).get("auth", {}) if isinstance(user.get("security"), dict) else {}
+    if not (isinstance(auth, dict) and auth.get("selectedType")) and os.environ.get("GEMINI_API_KEY"):
+        overlay["security"]["auth"] = {"selectedType": "gemini-api-key"}  # else an auth picker at start
+    return overlay
+
+
+def _context_file_name(settings: dict) -> str:
+    names = (settings.get("context") or {}).get("fileName") if isinstance(settings.get("context"), dict) else None
+    if isinstance(names, list) and names and isinstance(names[0], str):
+        return names[0]
+    return names if isinstance(names, str) and names else "GEMINI.md"
+
+
+def _link_entries(source: Path, target: Path, skip: set[str], only: tuple[str, ...] | None = None) -> None:
+    target.mkdir(parents=True, exist_ok=True)
+    names = only if only is not None else (os.listdir(source) if source.is_dir() else [])
+    for name in names:
+        if name in skip or not (source / name).exists() or os.path.lexists(target / name):
+            continue
+        (target / name).symlink_to(source / name)
+
+
+def _policy_file(directory: Path, tools: list[str]) -> Path:
+    """Allowed tools as policy-engine rules: these run without asking (`--allowed-tools` is deprecated)."""
+    rules = []
+    for tool in tools:
+        if tool.startswith("@"):  # "@server": every tool of that MCP server
+            rules.append(f'[[rule]]\nmcpName = {json.dumps(tool[1:])}\ndecision = "allow"\npriority = 100\n')
+            continue
+        for name in _TOOL_ALIASES.get(tool.lower(), [tool]):
+            rules.append(f'[[rule]]\ntoolName = {json.dumps(name)}\ndecision = "allow"\npriority = 100\n')
+    path = directory / "cao-allowed-tools.toml"
+    write_private(path, "\n".join(rules))
+    return path
+
+
+def build_launch(ctx: LaunchContext) -> Launch:
+    own = terminal_dir(ctx)
+    user_home = Path(os.environ.get("GEMINI_CLI_HOME") or Path.home())
+    user_dir = user_home / ".gemini"
+    user_settings = read_jsonc(user_dir / "settings.json")
+    settings = merge(user_settings, _overlay(ctx, user_settings))
+    shadow = own / "gemini-home"
+    memory = _context_file_name(settings)
+    _link_entries(user_dir, shadow / ".gemini", skip={"settings.json", memory})
+    _link_entries(user_home, shadow, skip=set(), only=_HOME_ENTRIES)
+    write_json(shadow / ".gemini" / "settings.json", settings)
+    if ctx.system_prompt or (user_dir / memory).is_file():
+        try:
+            theirs = (user_dir / memory).read_text(encoding="utf-8")
+        except OSError:
+            theirs = ""
+        write_private(shadow / ".gemini" / memory, "\n\n".join(p for p in (ctx.system_prompt, theirs) if p))
+
+    tools = ctx.allowed_tools or []
+    yolo = ctx.yolo or "*" in tools
+    argv = ["gemini", "-m", ctx.model or DEFAULT_MODEL, "--approval-mode", "yolo" if yolo else "default"]
+    if tools and not yolo:
+        argv += ["--policy", str(_policy_file(own, tools))]
+    # NO_RELAUNCH: one node process instead of a parent that re-spawns itself with more heap.
+    # TRUST_WORKSPACE: no trust screen even where an admin setting turns folder trust back on.
+    return Launch(argv=argv, env={"GEMINI_CLI_HOME": str(shadow), "GEMINI_CLI_NO_RELAUNCH": "1",
+                                  "GEMINI_CLI_TRUST_WORKSPACE": "true"})
+
+
+def status_from_hook(event: str, payload: dict) -> StatusReading | None:
+    """BeforeAgent/AfterTool: busy; AfterAgent: done. The permission dialog is left to the screen:
+    Gemini's Notification(ToolPermission) hook fires about half a second before the dialog takes
+    keys, and an answer typed in that gap is lost (seen with answer_user_prompt)."""
+    if event in ("BeforeAgent", "AfterTool"):
+        return StatusReading(TerminalStatus.PROCESSING)
+    if event == "AfterAgent":
+        if payload.get("prompt_response") == "[no response text]":  # Gemini's wording for "nothing"
+            return StatusReading(TerminalStatus.ERROR, "the turn ended without an answer (an API error?)")
+        return StatusReading(TerminalStatus.COMPLETED)
+    return None
+
+
+# --- the screen (Gemini 0.61: Ink UI; see tests/fixtures/screens/gemini_cli) ----------------------
+# Bottom of the screen while the composer is shown:
+#    ⠧ Thinking... (esc to cancel, 3s)          ? for shortcuts   <- only while busy
+#   ─────────────────────────────────────────────────────────  <- the composer's rule
+#    Shift+Tab to accept edits               1 MCP server
+#    >   Type your message or @path/to/file                    <- " * " in YOLO mode
+#    workspace (/directory)   sandbox   /model
+# History above it: user turns echo as " > text", answers start "✦ " with 2-space
+# continuation rows, tools are boxes (╭ │ ╰), API errors "✕ ...", notes "ℹ ...".
+# Dialogs (permission, trust, loop detection, sign-in) replace the composer with a box
+# whose options read "● 1. ...".
+_RULE = re.compile(r"^─{20,}$")
+_PROMPT = re.compile(r"^ [>*!] ")
+_OPTION = re.compile(r"^[ │]*● \d+\. ")
+_STATUS_ROW = re.compile(r"\(esc to cancel|\? for shortcuts$|^\s*(\S )?Executing Hooks: ")
+_PLACEHOLDER = "Type your message or @path/to/file"
+_BUSY = re.compile(r"^ \S .*\(esc to cancel")  # spinner glyph at column 1: no answer row starts so
+_ANSWER, _ERROR, _CANCELLED = "✦ ", "✕ ", "ℹ Request cancelled."
+_SIGN_IN = ("How would you like to authenticate", "Get started")
+
+
+def _trim(rows: list[str]) -> list[str]:
+    return trim(rows, _STATUS_ROW)
+
+
+def _dialog(rows: list[str]) -> StatusReading | None:
+    """The box drawn last, when it asks the user to pick an option."""
+    rows = _trim(rows)
+    if not rows or not rows[-1].lstrip().startswith("╰"):
+        return None
+    top = last_index(rows, lambda r: r.lstrip().startswith("╭"))
+    box = rows[top:] if top is not None else []
+    text = "\n".join(box)
+    if all(cue in text for cue in _SIGN_IN):
+        return StatusReading(TerminalStatus.ERROR, "Gemini CLI is not signed in: set GEMINI_API_KEY (or "
+                             "another auth method) or run `gemini` once and sign in")
+    if not any(_OPTION.match(r) for r in box):
+        return None
+    return StatusReading(TerminalStatus.WAITING_USER_ANSWER, box_question(box, _OPTION))
+
+
+def _turn(rows: list[str]) -> tuple[int | None, int | None]:
+    """(last echoed prompt, last answer row after it) in `rows`; a prompt scrolled off reads as None."""
+    q = last_index(rows, lambda r: bool(_PROMPT.match(r)))
+    start = 0 if q is None else q + 1
+    answer = last_index(rows[start:], lambda r: r.startswith(_ANSWER))
+    return q, None if answer is None else start + answer
+
+
+def read_status(screen: Screen) -> StatusReading:
+    rows = [row.rstrip() for row in screen.lines]
+    rule = last_index(rows, lambda r: bool(_RULE.match(r)))
+    prompt = None if rule is None else next(
+        (i for i in range(rule + 1, len(rows)) if _PROMPT.match(rows[i])), None)
+    if prompt is None:  # no composer: a dialog, or still starting
+        return _dialog(rows) or StatusReading(TerminalStatus.UNKNOWN)
+    typed = rows[prompt][3:].strip(" \u200b")  # a zero-width space can stand for the cursor
+    has_text = bool(typed) and not typed.startswith(_PLACEHOLDER)
+    history = rows[:rule]
+    if any(_BUSY.match(row) for row in history[-3:]):
+        return StatusReading(TerminalStatus.PROCESSING, composer_has_text=has_text)
+    asked = _dialog(history)
+    if asked is not None:
+        return StatusReading(asked.status, asked.reason, composer_has_text=has_text)
+    asked_at, answer = _turn(history)
+    # What came after the last answer, or after the prompt. Before the first prompt an "✕" row is
+    # a start-up notice (an MCP server that failed), not a failed turn.
+    if answer is not None:
+        after = answer
+    else:
+        after = len(history) if asked_at is None else asked_at + 1
+    tail = _trim(history[after:])
+    failed = next((r for r in tail if r.startswith(_ERROR)), None)
+    if failed is not None:
+        return StatusReading(TerminalStatus.ERROR, failed[2:].strip(), composer_has_text=has_text)
+    if any(r.startswith(_CANCELLED) for r in tail):
+        # No hook reports a cancelled turn (Esc, a declined permission): the screen is certain.
+        return StatusReading(TerminalStatus.IDLE, "the request was cancelled", has_text, definite=True)
+    done = answer is not None and not has_text
+    return StatusReading(TerminalStatus.COMPLETED if done else TerminalStatus.IDLE, composer_has_text=has_text)
+
+
+def extract_reply(history_lines: list[str]) -> str | None:
+    lines = [line.rstrip() for line in history_lines]
+    rule = last_index(lines, lambda r: bool(_RULE.match(r)))
+    history = lines[:rule] if rule is not None else lines
+    _, answer = _turn(history)
+    if answer is None:
+        return None
+    end = answer + 1
+    while end < len(history) and (not history[end].strip() or history[end].startswith("  ")):
+        end += 1
+    block = _trim(history[answer:end])
+    return "\n".join([block[0][len(_ANSWER):]] + [row[2:] for row in block[1:]])
+
+
+def dialog_keys(screen: Screen, answer: str) -> list[str] | None:
+    """Every question this CLI asks is a numbered menu: answer it with keys (see menu_keys). cao asks
+    only while the status is waiting_user_answer; the screen is not consulted, since cao's copy of it
+    can lag behind the hook that reported the dialog (seen: "no" pasted, Enter allowed the tool)."""
+    return menu_keys(answer)
+
+
+PROVIDER = Provider(
+    name="gemini_cli",
+    binary="gemini",
+    build_launch=build_launch,
+    read_status=read_status,
+    extract_reply=extract_reply,
+    exit_command="/quit",
+    startup_timeout=60.0,
+    accepts_input_while_busy=False,
+    status_from_hook=status_from_hook,
+    dialog_keys=dialog_keys,
+    enter_delay_s=0.05,  # Gemini reads an Enter within ~30 ms of a paste as a newline
+)

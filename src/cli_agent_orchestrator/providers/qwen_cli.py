@@ -1,0 +1,208 @@
+"""Provider for Qwen Code (npm `@qwen-code/qwen-code`, tested with 0.15.10, binary `qwen`).
+
+Per-terminal settings go in through `QWEN_CODE_SYSTEM_SETTINGS_PATH`: the system
+scope is read before (and overrides) the user's `~/.qwen/settings.json`, and
+unlike Gemini CLI, Qwen loads it from any path. cao writes there a copy of the
+admin's system file (if any) with its own keys laid over it, and points
+`QWEN_CODE_SYSTEM_DEFAULTS_PATH` back at the usual defaults file, so the user's
+and admin's settings keep working and no user file is written by cao. The
+profile's prompt goes in with `--append-system-prompt` (Qwen keeps its own).
+
+`general.enableAutoUpdate: false` is not optional: by default Qwen updates
+itself with a global `npm install` on start.
+"""
+from __future__ import annotations
+
+import os
+import re
+from pathlib import Path
+
+from ..models import TerminalStatus
+from ._node_settings import box_question, hooks, last_index, mcp_servers, menu_keys, merge, read_jsonc, trim, write_json
+from .base import Launch, LaunchContext, Provider, Screen, StatusReading
+from .common import terminal_dir
+
+SETTINGS_VERSION = 4  # Qwen 0.15 rewrites a settings file without this `$version`
+_HOOK_EVENTS = ("UserPromptSubmit", "PostToolUse", "StopFailure", "Notification")
+_TOOL_ALIASES = {"execute_bash": ["run_shell_command"], "bash": ["run_shell_command"],
+                 "shell": ["run_shell_command"], "fs_read": ["read_file", "list_directory", "glob", "grep_search"],
+                 "fs_write": ["write_file", "edit"]}
+
+
+def _system_path() -> Path:
+    return Path(os.environ.get("QWEN_CODE_SYSTEM_SETTINGS_PATH") or "/etc/qwen-code/settings.json")
+
+
+def _user_settings() -> dict:
+    qwen_home = os.environ.get("QWEN_HOME")
+    return read_jsonc(Path(qwen_home) / "settings.json" if qwen_home else Path.home() / ".qwen" / "settings.json")
+
+
+def _overlay(ctx: LaunchContext) -> dict:
+    overlay: dict = {
+        "$version": SETTINGS_VERSION,
+        "general": {"enableAutoUpdate": False},  # else a global `npm install` of a newer Qwen
+        "privacy": {"usageStatisticsEnabled": False},
+        "telemetry": {"enabled": False},
+        "security": {"folderTrust": {"enabled": False}},  # the caller chose the working directory
+        # The background memory extractor sends its own model requests after each turn.
+        "memory": {"enableManagedAutoMemory": False},
+        "hooks": hooks(_HOOK_EVENTS),
+        "mcpServers": mcp_servers(ctx, trust=True),
+        # Plain child processes for the shell tool: output capture does not race a pty.
+        "tools": {"shell": {"enableInteractiveShell": False}},
+    }
+    auth = (_user_settings().get("security") or {}).get("auth")
+    if not (isinstance(auth, dict) and auth.get("selectedType")) and os.environ.get("OPENAI_API_KEY"):
+        # The system scope wins over the user's: only pick an auth type the user has not picked.
+        overlay["security"]["auth"] = {"selectedType": "openai"}
+    return overlay
+
+
+def build_launch(ctx: LaunchContext) -> Launch:
+    system = _system_path()
+    ours = terminal_dir(ctx) / "qwen-settings.json"
+    write_json(ours, merge(read_jsonc(system), _overlay(ctx)))
+    tools = ctx.allowed_tools or []
+    yolo = ctx.yolo or "*" in tools
+    argv = ["qwen", "--approval-mode", "yolo" if yolo else "default"]
+    if ctx.model:
+        argv += ["--model", ctx.model]
+    if ctx.system_prompt:
+        argv += ["--append-system-prompt", ctx.system_prompt]
+    allowed = [name for tool in tools if tool != "*" for name in _TOOL_ALIASES.get(tool.lower(), [tool])]
+    if allowed and not yolo:
+        argv += ["--allowed-tools", *allowed]
+    env = {"QWEN_CODE_SYSTEM_SETTINGS_PATH": str(ours),
+           # The defaults file is looked up beside the system file: keep the admin's in force.
+           "QWEN_CODE_SYSTEM_DEFAULTS_PATH": os.environ.get("QWEN_CODE_SYSTEM_DEFAULTS_PATH")
+           or str(system.parent / "system-defaults.json"),
+           "QWEN_CODE_NO_RELAUNCH": "true"}  # one node process, not a launcher plus a child
+    return Launch(argv=argv, env=env)
+
+
+# Sessions whose last turn failed (StopFailure): their idle notice must not turn the error into
+# "done". Entries live from a failure to the idle notice right after it.
+_FAILED: set[str] = set()
+
+
+def status_from_hook(event: str, payload: dict) -> StatusReading | None:
+    """Claude-style hooks. The end of a turn is `Notification(idle_prompt)`, which the UI sends once
+    it has gone idle: `Stop` runs before the answer is drawn (seen: "completed" while the screen
+    still showed the spinner and no answer). `Notification(permission_prompt)` also comes from the
+    UI, after the dialog is drawn, so an answer sent at once is taken (unlike Gemini's hook)."""
+    session = str(payload.get("session_id") or "")
+    if event in ("UserPromptSubmit", "PostToolUse"):
+        _FAILED.discard(session)
+        return StatusReading(TerminalStatus.PROCESSING)
+    if event == "StopFailure":
+        _FAILED.add(session)
+        return StatusReading(TerminalStatus.ERROR, str(payload.get("error_details") or payload.get("error")
+                                                       or "the model request failed"))
+    if event == "Notification" and payload.get("notification_type") == "permission_prompt":
+        return StatusReading(TerminalStatus.WAITING_USER_ANSWER, str(payload.get("message") or "permission"))
+    if event == "Notification" and payload.get("notification_type") == "idle_prompt":
+        if session in _FAILED:
+            _FAILED.discard(session)
+            return None
+        return StatusReading(TerminalStatus.COMPLETED)  # also ends a cancelled turn, which has no hook
+    return None
+
+
+# --- the screen (Qwen 0.15: Ink UI; see tests/fixtures/screens/qwen_cli) ---------------------------
+#   > say hello                                   <- history: echoed prompt (2 spaces)
+#   ✦ Hello.                                      <- answer, continuation rows indented 4
+#   ⠏ Reticulating splines... (1s · esc to cancel)  <- only while busy
+#   ─────────────────────────────────────────      <- rule
+#   >   Type your message or @path/to/file        <- composer ("*" in YOLO mode)
+#   ─────────────────────────────────────────      <- rule
+#     ? for shortcuts                             <- "Connecting to MCP servers..." at start
+# A dialog replaces the composer with a box whose options read "› 1. ...".
+_RULE = re.compile(r"^─{20,}$")
+_COMPOSER = re.compile(r"^[>*!] ")
+_ECHO = re.compile(r"^  [>*!] ")
+_OPTION = re.compile(r"^[ │]*› \d+\. ")
+_BUSY = re.compile(r"^  [^\s✦].*esc to cancel\)$")  # a spinner row; answers start "✦" or deeper
+_STATUS_ROW = re.compile(r"esc to cancel\)$|Waiting for user confirmation")
+_PLACEHOLDER = "Type your message or @path/to/file"
+_STARTING = ("Initializing...", "Connecting to MCP servers")  # shown under the composer at start
+_ANSWER, _ERROR = "  ✦ ", "  ✕ "
+
+
+def _dialog(rows: list[str]) -> StatusReading | None:
+    rows = trim(rows, _STATUS_ROW)
+    if not rows or not rows[-1].lstrip().startswith("╰"):
+        return None
+    top = last_index(rows, lambda r: r.lstrip().startswith("╭"))
+    box = rows[top:] if top is not None else []
+    if not any(_OPTION.match(r) for r in box):
+        return None
+    return StatusReading(TerminalStatus.WAITING_USER_ANSWER, box_question(box, _OPTION))
+
+
+def _turn(rows: list[str]) -> tuple[int | None, int | None]:
+    """(last echoed prompt, last answer row after it)."""
+    q = last_index(rows, lambda r: bool(_ECHO.match(r)))
+    start = 0 if q is None else q + 1
+    answer = last_index(rows[start:], lambda r: r.startswith(_ANSWER))
+    return q, None if answer is None else start + answer
+
+
+def read_status(screen: Screen) -> StatusReading:
+    rows = [row.rstrip() for row in screen.lines]
+    rules = [i for i, row in enumerate(rows) if _RULE.match(row)]
+    composer = rules[-2] + 1 if len(rules) >= 2 and _COMPOSER.match(rows[rules[-2] + 1]) else None
+    if composer is None:  # no composer: a dialog, or still starting
+        return _dialog(rows) or StatusReading(TerminalStatus.UNKNOWN)
+    if any(cue in row for row in rows[rules[-1]:] for cue in _STARTING):
+        return StatusReading(TerminalStatus.UNKNOWN)  # input now would run without cao's MCP tools
+    typed = rows[composer][2:].strip(" \u200b")  # the cursor of an empty composer is a zero-width space
+    has_text = bool(typed) and not typed.startswith(_PLACEHOLDER)
+    history = rows[:rules[-2]]
+    if any(_BUSY.match(row) for row in history[-3:]):
+        return StatusReading(TerminalStatus.PROCESSING, composer_has_text=has_text)
+    asked = _dialog(history)
+    if asked is not None:
+        return StatusReading(asked.status, asked.reason, composer_has_text=has_text)
+    asked_at, answer = _turn(history)
+    if asked_at is not None and answer is None:  # the last turn has no answer: did it fail?
+        failed = next((r for r in history[asked_at + 1:] if r.startswith(_ERROR)), None)
+        if failed is not None:
+            return StatusReading(TerminalStatus.ERROR, failed[4:].strip(), composer_has_text=has_text)
+    done = answer is not None and not has_text
+    return StatusReading(TerminalStatus.COMPLETED if done else TerminalStatus.IDLE, composer_has_text=has_text)
+
+
+def extract_reply(history_lines: list[str]) -> str | None:
+    lines = [line.rstrip() for line in history_lines]
+    rules = [i for i, row in enumerate(lines) if _RULE.match(row)]
+    history = lines[:rules[-2]] if len(rules) >= 2 else lines
+    _, answer = _turn(history)
+    if answer is None:
+        return None
+    end = answer + 1
+    while end < len(history) and (not history[end].strip() or history[end].startswith("    ")):
+        end += 1
+    block = trim(history[answer:end], _STATUS_ROW)
+    return "\n".join([block[0][len(_ANSWER):]] + [row[4:] for row in block[1:]])
+
+
+def dialog_keys(screen: Screen, answer: str) -> list[str] | None:
+    """Every question this CLI asks is a numbered menu: answer it with keys (see menu_keys). cao asks
+    only while the status is waiting_user_answer; the screen is not consulted, since cao's copy of it
+    can lag behind the hook that reported the dialog (seen: "no" pasted, Enter allowed the tool)."""
+    return menu_keys(answer)
+
+
+PROVIDER = Provider(
+    name="qwen_cli",
+    binary="qwen",
+    build_launch=build_launch,
+    read_status=read_status,
+    extract_reply=extract_reply,
+    exit_command="/quit",
+    startup_timeout=90.0,
+    accepts_input_while_busy=False,
+    status_from_hook=status_from_hook,
+    dialog_keys=dialog_keys,
+)

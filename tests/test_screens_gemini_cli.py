@@ -1,0 +1,87 @@
+"""The gemini_cli provider's screen reading on recorded screens of the real CLI (no tmux, fast).
+
+Fixtures come from scripts/record_screens/gemini_cli.py: `<state>.txt` is the screen as
+tmux shows it (220x50), `<state>.json` what the provider must read from it. After a CLI
+upgrade, re-record and run this file to see at once which reading broke.
+"""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from cli_agent_orchestrator.models import TerminalStatus
+from cli_agent_orchestrator.providers.base import Screen
+from cli_agent_orchestrator.providers.gemini_cli import dialog_keys, extract_reply, read_status, status_from_hook
+
+FIXTURES = Path(__file__).parent / "fixtures" / "screens" / "gemini_cli"
+STATES = sorted(p.stem for p in FIXTURES.glob("*.txt"))
+
+
+def screen_of(state: str) -> list[str]:
+    return (FIXTURES / f"{state}.txt").read_text(encoding="utf-8").split("\n")
+
+
+def test_every_state_was_recorded() -> None:
+    assert {"idle", "composer", "working", "done", "tool_done", "permission", "permission_answered", "error",
+            "cancelled", "idle_yolo", "trust", "sign_in"} <= set(STATES)
+
+
+@pytest.mark.parametrize("state", STATES)
+def test_status_and_reply_read_from_the_recorded_screen(state: str) -> None:
+    expected = json.loads((FIXTURES / f"{state}.json").read_text())
+    lines = screen_of(state)
+    reading = read_status(Screen(lines))
+    assert reading.status == TerminalStatus(expected["status"]), reading
+    assert reading.composer_has_text == expected.get("composer_has_text", False)
+    assert expected.get("reason", "") in reading.reason
+    if "reply" in expected:
+        assert extract_reply(lines) == expected["reply"]
+
+
+def test_history_with_status_rows_below_the_answer_extracts_only_the_answer() -> None:
+    history = ["", " > please say hello", "", "✦ First paragraph.", "", "  - a list item", "  Last line.", "",
+               " ⠧ Executing Hooks: cao-hook (esc to cancel, 1s)" + " " * 40 + "? for shortcuts",
+               "─" * 80, " >   Type your message or @path/to/file"]
+    assert extract_reply(history) == "First paragraph.\n\n- a list item\nLast line."
+    assert read_status(Screen(history)).status == TerminalStatus.PROCESSING
+
+
+def test_an_answer_quoting_the_busy_marker_is_not_busy() -> None:
+    rows = [" > quote it", "✦ It says", "  (esc to cancel, 1s)", "", "─" * 80,
+            " >   Type your message or @path/to/file"]
+    assert read_status(Screen(rows)).status == TerminalStatus.COMPLETED
+
+
+def test_a_start_up_notice_before_any_prompt_is_not_a_failed_turn() -> None:
+    rows = ["✕ MCP server 'other' failed to start", "", "─" * 80, " >   Type your message or @path/to/file"]
+    assert read_status(Screen(rows)).status == TerminalStatus.IDLE
+
+
+def test_no_composer_and_no_dialog_is_still_starting() -> None:
+    assert read_status(Screen(["", " Gemini CLI v0.61.0", ""])).status == TerminalStatus.UNKNOWN
+
+
+def test_hooks_map_to_statuses() -> None:
+    assert status_from_hook("BeforeAgent", {}).status == TerminalStatus.PROCESSING
+    assert status_from_hook("AfterTool", {}).status == TerminalStatus.PROCESSING
+    assert status_from_hook("AfterAgent", {"prompt_response": "Done."}).status == TerminalStatus.COMPLETED
+    assert status_from_hook("AfterAgent", {"prompt_response": "[no response text]"}).status == TerminalStatus.ERROR
+    # The permission dialog is read from the screen (the hook fires before it takes keys).
+    assert status_from_hook("Notification", {"notification_type": "ToolPermission"}) is None
+    assert status_from_hook("SessionStart", {}) is None
+
+
+def test_dialogs_are_answered_with_menu_keys() -> None:
+    for state in ("permission", "trust"):
+        dialog = Screen(screen_of(state))
+        assert dialog_keys(dialog, "yes") == ["1"]
+        assert dialog_keys(dialog, " 2 ") == ["2"]
+        # The menu ignores words and Enter would confirm option 1: anything else declines.
+        assert dialog_keys(dialog, "no, do not run it") == ["Escape"]
+
+
+def test_a_cancelled_turn_is_definitely_idle() -> None:
+    reading = read_status(Screen(screen_of("cancelled")))
+    assert reading.status == TerminalStatus.IDLE and reading.definite  # no hook reports it
