@@ -120,8 +120,11 @@ def build_launch(ctx: LaunchContext) -> Launch:
         argv += ["--policy", str(_policy_file(own, tools))]
     # NO_RELAUNCH: one node process instead of a parent that re-spawns itself with more heap.
     # TRUST_WORKSPACE: no trust screen even where an admin setting turns folder trust back on.
+    # CI=0: Gemini treats a set CI variable as "not interactive" and exits at once asking
+    # for stdin; an agent started by a cao-server that itself runs under CI must stay a TUI.
     return Launch(argv=argv, env={"GEMINI_CLI_HOME": str(shadow), "GEMINI_CLI_NO_RELAUNCH": "1",
-                                  "GEMINI_CLI_TRUST_WORKSPACE": "true"})
+                                  "GEMINI_CLI_TRUST_WORKSPACE": "true", "CI": "0",
+                                  "CONTINUOUS_INTEGRATION": "0"})
 
 
 def status_from_hook(event: str, payload: dict) -> StatusReading | None:
