@@ -44,13 +44,14 @@ def test_hook_events_through_http_and_cao_hook_command(cao: CaoServer):
     tid = cao.create_session("hooked")["id"]
     resp = cao.client.post(f"/terminals/{tid}/hooks", json={"event": "UserPromptSubmit", "payload": {}})
     assert resp.json() == {"success": True, "status": "processing"}
-    assert cao.client.get(f"/terminals/{tid}").json()["status_source"] == "hook:UserPromptSubmit"
+    wait_until(lambda: cao.client.get(f"/terminals/{tid}").json()["status_source"] == "hook:UserPromptSubmit",
+               message="hook applied")
     # The stdlib hook command, as a CLI would run it: JSON on stdin, identity from the env.
     env = {**cao.env, "CAO_TERMINAL_ID": tid}
     proc = subprocess.run([sys.executable, "-m", "cli_agent_orchestrator.hook", "Stop"],
                           input=json.dumps({"hook_event_name": "Stop"}), text=True, env=env, timeout=10)
     assert proc.returncode == 0
-    assert cao.client.get(f"/terminals/{tid}").json()["status"] == "completed"
+    wait_until(lambda: cao.client.get(f"/terminals/{tid}").json()["status"] == "completed", message="Stop applied")
     # Unknown events are ignored; bad bodies and unknown terminals are refused.
     assert cao.client.post(f"/terminals/{tid}/hooks", json={"event": "Whatever"}).json()["status"] is None
     assert cao.client.post(f"/terminals/{tid}/hooks", json={"event": "bad event!"}).status_code == 422

@@ -123,6 +123,20 @@ class InputSubmitted(Event):
 
 
 @dataclass(frozen=True)
+class HookReceived(Event):
+    """A CLI's own hook event (via `cao-hook`). It goes through the bus so the status
+    monitor sees it in order with the InputSubmitted that came before it."""
+
+    terminal_id: str
+    event: str
+    payload: dict
+
+    @property
+    def topic(self) -> str:
+        return f"terminal.{self.terminal_id}.hook"
+
+
+@dataclass(frozen=True)
 class InboxQueued(Event):
     message_id: int
     receiver_id: str

@@ -13,6 +13,7 @@ from fastapi import APIRouter, Body, Path, Query, Request, status
 from pydantic import BaseModel, ConfigDict, Field
 
 from ..errors import InvalidInput
+from ..events import HookReceived
 from ..models import MessageStatus, OrchestrationType
 from ..providers.registry import get_provider, provider_names
 from ..services.orchestration import StepRequest
@@ -188,8 +189,11 @@ async def post_hook(request: Request, terminal_id: TerminalId, body: HookBody) -
     """A CLI's own hook event (sent by `cao-hook`); the provider maps it to a status."""
     runtime = rt(request)
     await runtime.terminals.get(terminal_id)  # 404 for unknown terminals
-    status = await runtime.monitor.on_hook(terminal_id, body.event, body.payload)
-    return {"success": True, "status": status.value if status else None}
+    provider = runtime.monitor.provider_of(terminal_id)
+    reading = provider.status_from_hook(body.event, body.payload) if provider else None
+    # Applied by the status monitor, in order with the input events before it.
+    runtime.bus.publish(HookReceived(terminal_id, body.event, body.payload))
+    return {"success": True, "status": reading.status.value if reading else None}
 
 
 # --- inbox --------------------------------------------------------------------------

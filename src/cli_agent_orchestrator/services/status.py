@@ -21,7 +21,7 @@ from typing import Callable
 import pyte
 
 from ..bus import EventBus
-from ..events import (Event, InputSubmitted, ScreenSnapshot, StatusChanged, TerminalExited, TerminalOutput,
+from ..events import (Event, HookReceived, InputSubmitted, ScreenSnapshot, StatusChanged, TerminalExited, TerminalOutput,
                       TerminalRemoved, TerminalResized)
 from ..models import TerminalStatus
 from ..providers.base import Provider, Screen
@@ -126,6 +126,8 @@ class StatusMonitor:
             self.on_resized(event)
         elif isinstance(event, ScreenSnapshot):
             self.on_snapshot(event)
+        elif isinstance(event, HookReceived):
+            await self.on_hook(event.terminal_id, event.event, event.payload)
 
     def on_snapshot(self, event: ScreenSnapshot) -> None:
         self._snapshot_pending.discard(event.terminal_id)
