@@ -19,6 +19,10 @@ from .services.orchestration import OrchestrationService
 from .services.sessions import SessionService
 from .services.status import StatusMonitor
 from .services.terminals import TerminalService
+from .services.workflow_state import RunRegistry, Timeline
+from .services.workflow_steps import StepGate
+from .services.workflow_yaml import YamlDriver
+from .services.workflows import WorkflowService
 from .settings import Settings
 from .store import Store
 
@@ -38,6 +42,8 @@ class Runtime:
     sessions: SessionService
     inbox: InboxService
     orchestration: OrchestrationService
+    step_gate: StepGate
+    workflows: WorkflowService
 
     async def start(self) -> None:
         wire_consumers(self)
@@ -48,8 +54,10 @@ class Runtime:
             log.info("restart: re-adopted %d terminal(s), %d gone", len(result["adopted"]), len(result["gone"]))
         await self.inbox.recover()
         self.inbox.start_sweeper()
+        await self.workflows.recover()
 
     async def stop(self) -> None:
+        await self.workflows.shutdown()
         await self.inbox.stop()
         await self.logs.flush()
         await self.backend.stop()
@@ -87,5 +95,9 @@ def build_runtime(settings: Settings | None = None) -> Runtime:
     sessions = SessionService(backend, terminals)
     inbox = InboxService(settings, store, bus, terminals, monitor, typing)
     orchestration = OrchestrationService(bus, monitor, terminals, inbox)
+    registry, timeline = RunRegistry(), Timeline(store, bus)
+    step_gate = StepGate(store, registry, timeline, orchestration)
+    workflows = WorkflowService(settings, store, bus, terminals, registry, timeline,
+                                YamlDriver(store, timeline, orchestration))
     return Runtime(settings, store, bus, backend, monitor, logs, typing, terminals, sessions, inbox,
-                   orchestration)
+                   orchestration, step_gate, workflows)

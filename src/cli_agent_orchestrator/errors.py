@@ -8,6 +8,11 @@ class CaoError(Exception):
 
     http_status = 500
 
+    def detail(self) -> object:
+        """What the API puts in `detail`: the message, or an object for errors whose
+        callers must tell kinds apart."""
+        return str(self)
+
 
 class InvalidInput(CaoError):
     http_status = 400
@@ -21,6 +26,38 @@ class Conflict(CaoError):
     http_status = 409
 
 
+class Unprocessable(CaoError):
+    """Well-formed but refused as a whole (e.g. a script that fails the linter)."""
+
+    http_status = 422
+
+    def __init__(self, message: str, **fields: object):
+        super().__init__(message)
+        self.fields = fields
+
+    def detail(self) -> object:
+        return {"message": str(self), **self.fields} if self.fields else str(self)
+
+
+class NotBuilt(CaoError):
+    """A construct that is reserved in the grammar but not built yet."""
+
+    http_status = 501
+
+
+class WorkflowConflict(Conflict):
+    """A 409 about a workflow step or run, always `{message, kind, ...}` so that callers
+    never sniff strings: kind is stale_generation, run_not_active, duplicate_step_id,
+    decision_required or diverged."""
+
+    def __init__(self, message: str, kind: str, **fields: object):
+        super().__init__(message)
+        self.kind, self.fields = kind, fields
+
+    def detail(self) -> object:
+        return {"message": str(self), "kind": self.kind, **self.fields}
+
+
 class BackendError(CaoError):
     """The terminal backend (tmux) failed."""
 
@@ -31,15 +68,23 @@ class WorkerError(CaoError):
     """An agent reached status `error` while we waited for it."""
 
     http_status = 502
+    kind = "error"
 
     def __init__(self, message: str, terminal_id: str | None = None):
         super().__init__(message)
         self.terminal_id = terminal_id
+
+    def detail(self) -> object:
+        return {"message": str(self), "kind": self.kind, "terminal_id": self.terminal_id}
 
 
 class WaitTimeout(CaoError):
     http_status = 504
+    kind = "timeout"
 
     def __init__(self, message: str, terminal_id: str | None = None):
         super().__init__(message)
         self.terminal_id = terminal_id
+
+    def detail(self) -> object:
+        return {"message": str(self), "kind": self.kind, "terminal_id": self.terminal_id}

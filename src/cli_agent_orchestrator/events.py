@@ -182,3 +182,20 @@ class ConsumerFailed(Event):
     @property
     def topic(self) -> str:
         return "bus.consumer_failed"
+
+
+@dataclass(frozen=True)
+class WorkflowEventRecorded(Event):
+    """A row appended to a workflow run's timeline (already committed to the journal)."""
+
+    run_id: str
+    seq: int
+    type: str
+    step_id: str | None
+    generation: int | None
+    data: dict
+    at: str
+
+    @property
+    def topic(self) -> str:
+        return f"workflow.{self.run_id}.event"

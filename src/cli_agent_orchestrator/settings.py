@@ -52,6 +52,8 @@ class Settings:
     cors_origins: list[str]
     allowed_hosts: list[str]
     output_source: str  # "control" (tmux -C) or "pipe-pane"
+    # Wall-clock limit of one workflow-script drive; then SIGTERM, 5 s, SIGKILL.
+    workflow_script_timeout: float = 8700.0
 
     @classmethod
     def from_env(cls) -> "Settings":
@@ -79,6 +81,7 @@ class Settings:
             cors_origins=_env_list("CAO_CORS_ORIGINS"),
             allowed_hosts=_env_list("CAO_ALLOWED_HOSTS"),
             output_source=os.environ.get("CAO_OUTPUT_SOURCE", "control"),
+            workflow_script_timeout=_env_float("CAO_WORKFLOW_SCRIPT_TIMEOUT", 8700.0),
         )
 
     @property
@@ -114,6 +117,11 @@ class Settings:
     @property
     def workflows_dir(self) -> Path:
         return self.home_dir / "workflows"
+
+    @property
+    def workflow_runs_dir(self) -> Path:
+        """Frozen script snapshots, one directory per run (the journal holds the source)."""
+        return self.home_dir / "workflow-runs"
 
     @property
     def tmux_socket_name(self) -> str:

@@ -10,11 +10,12 @@ from fastapi.responses import JSONResponse
 
 from .. import __version__
 from ..bootstrap import Runtime, build_runtime
-from ..errors import CaoError, WaitTimeout, WorkerError
+from ..errors import CaoError
 from ..settings import Settings
 from .events_stream import router as events_router
 from .routes import router
 from .security import RequestGate, cors_origins
+from .workflow_routes import router as workflow_router
 
 
 def create_app(settings: Settings | None = None, runtime: Runtime | None = None) -> FastAPI:
@@ -34,11 +35,7 @@ def create_app(settings: Settings | None = None, runtime: Runtime | None = None)
 
     @app.exception_handler(CaoError)
     async def cao_error(_request: Request, exc: CaoError) -> JSONResponse:
-        if isinstance(exc, (WorkerError, WaitTimeout)):
-            kind = "error" if isinstance(exc, WorkerError) else "timeout"
-            detail = {"message": str(exc), "kind": kind, "terminal_id": exc.terminal_id}
-            return JSONResponse({"detail": detail}, status_code=exc.http_status)
-        return JSONResponse({"detail": str(exc)}, status_code=exc.http_status)
+        return JSONResponse({"detail": exc.detail()}, status_code=exc.http_status)
 
     @app.get("/health")
     async def health(request: Request) -> dict:
@@ -57,6 +54,7 @@ def create_app(settings: Settings | None = None, runtime: Runtime | None = None)
                 "consumer_failures": [f.__dict__ for f in runtime.bus.failures]}
 
     app.include_router(router)
+    app.include_router(workflow_router)
     app.include_router(events_router)
     app.add_middleware(CORSMiddleware, allow_origins=cors_origins(settings), allow_credentials=True,
                        allow_methods=["*"], allow_headers=["*"])

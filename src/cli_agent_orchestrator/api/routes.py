@@ -7,17 +7,18 @@ from __future__ import annotations
 
 import os
 import shutil
-from typing import Annotated
+from typing import Annotated, Literal
 
 from fastapi import APIRouter, Body, Path, Query, Request, status
 from pydantic import BaseModel, ConfigDict, Field
 
-from ..errors import InvalidInput
+from ..errors import InvalidInput, Unprocessable
 from ..events import HookReceived
 from ..models import MessageStatus, OrchestrationType
 from ..providers.registry import get_provider, provider_names
 from ..services.orchestration import StepRequest
 from ..services.terminals import CreateRequest
+from ..services.workflow_steps import parse_identity
 from .schemas import MAX_TEXT, InboxMessageOut, InboxPost, InitialMessage, InputBody, KeyBody, TerminalOut
 
 router = APIRouter()
@@ -226,6 +227,9 @@ async def list_inbox_messages(request: Request, terminal_id: TerminalId,
 
 # --- one agent step (MCP handoff, workflow steps) --------------------------------------
 class RunStepBody(BaseModel):
+    """One agent step. With `env_vars` (a workflow step's identity) the call goes through
+    the workflow journal and the resume gate; without, it simply runs."""
+
     model_config = ConfigDict(extra="forbid")
     provider: str | None = None
     agent: str = Field(..., min_length=1, max_length=64)
@@ -237,10 +241,20 @@ class RunStepBody(BaseModel):
     caller_id: str | None = Field(None, pattern=r"^[a-f0-9]{8}$")
     allowed_tools: list[str] | None = None
     model: str | None = None
+    env_vars: dict[str, object] | None = None  # checked by parse_identity, values never echoed
+    recovery: Literal["idempotent", "reconcile", "manual"] | None = None
+    reuse_terminal_id: str | None = Field(None, pattern=r"^[a-f0-9]{8}$")
 
 
 @router.post("/terminals/run-step")
 async def run_step(request: Request, body: RunStepBody) -> dict:
-    result = await rt(request).orchestration.run_step(StepRequest(**body.model_dump()))
-    return {"terminal_id": result.terminal_id, "last_message": result.last_message,
-            "status": result.status, "replayed": False, "elapsed": round(result.elapsed, 3)}
+    fields = body.model_dump(exclude={"env_vars", "recovery"})
+    if body.env_vars is None:
+        result = await rt(request).orchestration.run_step(StepRequest(**fields))
+        return {"terminal_id": result.terminal_id, "last_message": result.last_message,
+                "status": result.status, "replayed": False, "elapsed": round(result.elapsed, 3)}
+    if body.reuse_terminal_id is not None:
+        raise Unprocessable("env_vars and reuse_terminal_id cannot be combined: a workflow step "
+                            "always runs in a fresh terminal of its own")
+    identity = parse_identity(body.env_vars)
+    return await rt(request).step_gate.run(identity, StepRequest(**fields), body.recovery)

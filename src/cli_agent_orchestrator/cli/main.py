@@ -14,6 +14,7 @@ from .commands.info import info
 from .commands.launch import launch
 from .commands.sessions import session
 from .commands.terminals import terminal
+from .commands.workflow import workflow
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
@@ -22,7 +23,7 @@ def cli() -> None:
     """Run coding-agent CLIs in tmux and orchestrate them (client of cao-server)."""
 
 
-for command in (launch, info, session, terminal, shutdown, init, install, mcp_server):
+for command in (launch, info, session, terminal, workflow, shutdown, init, install, mcp_server):
     cli.add_command(command)
 
 

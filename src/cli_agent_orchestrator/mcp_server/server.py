@@ -14,6 +14,7 @@ from mcp.server.mcpserver import MCPServer
 from pydantic import Field
 
 from .tools import OrchestratorTools, ToolConfig
+from .workflow_tools import WorkflowTools
 
 SERVER_NAME = "cao-mcp-server"
 
@@ -46,10 +47,126 @@ ANSWER_DOC = """Answer a question an agent is waiting on (its status is waiting_
 
 DELETE_DOC = """Remove a terminal (its agent and its window) that is no longer needed."""
 
+# --- workflow tools: every one answers {"ok": true, ...} or {"ok": false, "error": "..."} ---
+RunId = Annotated[str, Field(description="Workflow run id: 1-64 of [A-Za-z0-9_-], e.g. run-3f2a9c1d0b4e5f67")]
+NameOrPath = Annotated[str, Field(description="Workflow name (a .py script or .yaml spec in cao's workflow "
+                                              "directory, by stem) or a path to one inside that directory")]
+Inputs = Annotated[dict[str, Any] | None, Field(description="Values for the workflow's declared inputs")]
+NewRunId = Annotated[str | None, Field(description="Id for the new run (default: cao mints one); "
+                                                   "1-64 of [A-Za-z0-9_-], must be unused")]
+
+WORKFLOW_RUN_DOC = """Run a workflow and wait until it ends (up to about 2.5 hours).
+
+Returns run_id, state (completed | failed | cancelled), kind (null when completed;
+error, timeout, halted, diverged, cancelled otherwise), steps, the run's output,
+halts (steps waiting for a human decision; see workflow_resume) and warnings. For a
+long workflow prefer workflow_start, then workflow_wait."""
+
+WORKFLOW_START_DOC = """Start a workflow run without waiting; returns run_id, state "running" and status_url.
+
+Follow it with workflow_status, workflow_wait or workflow_events."""
+
+WORKFLOW_STATUS_DOC = """Snapshot of a workflow run: state, kind, current_step_id, halts and its steps."""
+
+WORKFLOW_WAIT_DOC = """Wait until a workflow run ends (at most `timeout` seconds), then return its result.
+
+Returns state, kind, steps, output and halts, a failure_envelope for a failed or
+cancelled run, and timed_out: true if the run was still running when `timeout` passed."""
+
+WORKFLOW_RESULT_DOC = """The full result of a workflow run: state, kind, inputs, steps, output, halts, warnings,
+and a failure_envelope (failing step, error kind, next command) for a failed or cancelled run."""
+
+WORKFLOW_LIST_DOC = """List workflow runs, newest first (runs, not workflow definitions)."""
+
+WORKFLOW_EVENTS_DOC = """Read a workflow run's event timeline after sequence number `after_seq`.
+
+Follows the live stream until `max_events` events (at most 500), 45 seconds, or the
+run's end, whichever comes first; timed_out tells which. Pass next_after_seq back as
+after_seq to read on. An unknown run gives events_unavailable: true."""
+
+WORKFLOW_RESUME_DOC = """Resume a failed, halted or cancelled workflow run and wait until the new drive ends.
+
+The script re-runs from the top: finished steps replay their stored results and
+halted steps stop again unless `decisions` names them. A decision is "rerun" (run the
+step once more) or "skip" (accept its stored result); decisions last for this resume
+only. Returns state, kind, steps, output and halts, like workflow_run."""
+
+WORKFLOW_CANCEL_DOC = """Cancel a running workflow run: its script is stopped and its running step agents removed."""
+
+WORKFLOW_RETURN_DOC = """Return your structured result for the workflow step you are running.
+
+Only works inside a workflow step (cao sets CAO_WORKFLOW_RUN_ID and
+CAO_WORKFLOW_STEP_ID for the step's agent). Call it once your work is done with the
+result as a JSON object; calling again replaces it. With `output_schema`, keys the
+schema lists as `required` are checked: validated is false and errors names the
+missing ones (the output is still recorded, so call again with the fixed object)."""
+
+
+def add_workflow_tools(server: MCPServer, wf: WorkflowTools) -> None:
+    async def workflow_run(name_or_path: NameOrPath, inputs: Inputs = None,
+                           run_id: NewRunId = None) -> dict[str, Any]:
+        return await wf.run(name_or_path, inputs, run_id)
+
+    async def workflow_start(name_or_path: NameOrPath, inputs: Inputs = None,
+                             run_id: NewRunId = None) -> dict[str, Any]:
+        return await wf.start(name_or_path, inputs, run_id)
+
+    async def workflow_status(run_id: RunId) -> dict[str, Any]:
+        return await wf.status(run_id)
+
+    async def workflow_wait(
+            run_id: RunId,
+            timeout: Annotated[int, Field(description="Most seconds to wait, 0-8820")] = 8820) -> dict[str, Any]:
+        return await wf.wait(run_id, timeout)
+
+    async def workflow_result(run_id: RunId) -> dict[str, Any]:
+        return await wf.result(run_id)
+
+    async def workflow_list(
+            state: Annotated[str | None, Field(description="Only runs in this state: running, completed, "
+                                                           "failed or cancelled")] = None,
+            limit: Annotated[int, Field(description="At most this many runs, 1-500")] = 50) -> dict[str, Any]:
+        return await wf.list_runs(state, limit)
+
+    async def workflow_events(
+            run_id: RunId,
+            after_seq: Annotated[int, Field(description="Only events after this sequence number")] = 0,
+            max_events: Annotated[int, Field(description="Most events to return, 1-500")] = 500
+    ) -> dict[str, Any]:
+        return await wf.events(run_id, after_seq, max_events)
+
+    async def workflow_resume(
+            run_id: RunId,
+            decisions: Annotated[dict[str, str] | None, Field(
+                description='For halted steps: step id -> "rerun" or "skip", e.g. {"call-1": "skip"}')] = None
+    ) -> dict[str, Any]:
+        return await wf.resume(run_id, decisions)
+
+    async def workflow_cancel(run_id: RunId) -> dict[str, Any]:
+        return await wf.cancel(run_id)
+
+    async def workflow_return(
+            output: Annotated[dict[str, Any], Field(description="Your step's result, a JSON object")],
+            output_schema: Annotated[dict[str, Any] | None, Field(
+                description="JSON Schema the output should meet; its `required` keys are checked")] = None
+    ) -> dict[str, Any]:
+        return await wf.return_output(output, output_schema)
+
+    server.add_tool(workflow_run, description=WORKFLOW_RUN_DOC)
+    server.add_tool(workflow_start, description=WORKFLOW_START_DOC)
+    server.add_tool(workflow_status, description=WORKFLOW_STATUS_DOC)
+    server.add_tool(workflow_wait, description=WORKFLOW_WAIT_DOC)
+    server.add_tool(workflow_result, description=WORKFLOW_RESULT_DOC)
+    server.add_tool(workflow_list, description=WORKFLOW_LIST_DOC)
+    server.add_tool(workflow_events, description=WORKFLOW_EVENTS_DOC)
+    server.add_tool(workflow_resume, description=WORKFLOW_RESUME_DOC)
+    server.add_tool(workflow_cancel, description=WORKFLOW_CANCEL_DOC)
+    server.add_tool(workflow_return, description=WORKFLOW_RETURN_DOC)
+
 
 def build_server(config: ToolConfig | None = None) -> MCPServer:
     tools = OrchestratorTools(config or ToolConfig.from_env())
-    server: MCPServer = MCPServer(SERVER_NAME, instructions="Tools to delegate work to other cao agents.")
+    server: MCPServer = MCPServer(SERVER_NAME, instructions="Tools to delegate work to other cao agents and to run cao workflows.")
 
     if tools.config.working_directory_param:
         async def handoff(agent_profile: Profile, message: Task, timeout: Timeout = 600,
@@ -87,6 +204,7 @@ def build_server(config: ToolConfig | None = None) -> MCPServer:
     server.add_tool(send_message, description=SEND_MESSAGE_DOC)
     server.add_tool(answer_user_prompt, description=ANSWER_DOC)
     server.add_tool(delete_terminal, description=DELETE_DOC)
+    add_workflow_tools(server, WorkflowTools(tools.config, tools.api))  # one shared HTTP client
     return server
 
 

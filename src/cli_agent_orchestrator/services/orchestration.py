@@ -11,6 +11,7 @@ import asyncio
 import logging
 import time
 from dataclasses import dataclass
+from typing import Awaitable, Callable
 
 from ..bus import EventBus
 from ..errors import CaoError, InvalidInput, WaitTimeout, WorkerError
@@ -35,6 +36,10 @@ class StepRequest:
     caller_id: str | None = None
     allowed_tools: list[str] | None = None
     model: str | None = None
+    env: dict[str, str] | None = None
+    reuse_terminal_id: str | None = None  # run the turn in this ready terminal; never torn down
+    # Told the worker's id as soon as it exists (the workflow journal records it).
+    on_terminal: Callable[[str], Awaitable[None]] | None = None
 
 
 @dataclass
@@ -58,6 +63,12 @@ class OrchestrationService:
         if not (0 < req.timeout <= 86400):
             raise InvalidInput("timeout must be > 0 and at most 86400 seconds")
         started = time.monotonic()
+        if req.reuse_terminal_id is not None:
+            await self.terminals.get(req.reuse_terminal_id)  # 404 for an unknown id
+            if req.on_terminal:
+                await req.on_terminal(req.reuse_terminal_id)
+            reply = await self.run_turn(req.reuse_terminal_id, req.prompt, req.timeout)
+            return StepResult(req.reuse_terminal_id, reply, "completed", time.monotonic() - started)
         session = req.session_name
         new_session = session is None
         if session is None and req.caller_id is not None:
@@ -66,9 +77,11 @@ class OrchestrationService:
         term = await self.terminals.create(CreateRequest(
             agent_profile=req.agent, provider=req.provider, session_name=session, new_session=new_session,
             working_directory=req.working_directory, caller_id=req.caller_id, model=req.model,
-            allowed_tools=req.allowed_tools, wait_ready=True))
+            allowed_tools=req.allowed_tools, wait_ready=True, env=req.env))
         keep = not req.teardown
         try:
+            if req.on_terminal:
+                await req.on_terminal(term.id)
             remaining = max(0.1, req.timeout - (time.monotonic() - started))
             reply = await self.run_turn(term.id, req.prompt, remaining)
         except CaoError:

@@ -163,7 +163,13 @@ class StatusMonitor:
     async def on_input(self, event: Event) -> None:
         assert isinstance(event, InputSubmitted)
         term = self._terms.get(event.terminal_id)
-        if term is not None:
+        if term is not None and term.exited:
+            # Typed into a pane whose agent already died (the death was seen first):
+            # that turn can only end in error, and nothing on screen will say so.
+            term.turn = event.turn
+            term.phase = _SETTLED
+            await self._publish(event.terminal_id, term, TerminalStatus.ERROR, "pane", term.reason, force=True)
+        elif term is not None:
             term.turn = event.turn
             term.phase = _SENT
             term.status_at_submit = term.status

@@ -49,6 +49,8 @@ class CreateRequest:
     allowed_tools: list[str] | None = None
     yolo: bool = False
     wait_ready: bool = True
+    # Extra variables for the agent's pane (e.g. a workflow step's identity).
+    env: dict[str, str] | None = None
 
 
 def normalise_session_name(name: str | None) -> str:
@@ -151,7 +153,7 @@ class TerminalService:
                 yolo=req.yolo, mcp_server_argv=mcp_server_argv(), profile_extra=profile.frontmatter)
             launch = provider.build_launch(ctx)
             env_file = self.settings.tmp_dir / f"{terminal_id}.env"
-            write_env_file(env_file, {**launch.env, "CAO_TERMINAL_ID": terminal_id})
+            write_env_file(env_file, {**(req.env or {}), **launch.env, "CAO_TERMINAL_ID": terminal_id})
             term = Terminal(id=terminal_id, session_name=session, window_name=window_name,
                             provider=provider_name, agent_profile=profile.name, working_directory=workdir,
                             caller_id=req.caller_id, model=ctx.model, allowed_tools=ctx.allowed_tools)

@@ -16,6 +16,7 @@ from typing import Any, Callable, TypeVar
 import sqlalchemy as sa
 
 from ..models import InboxMessage, MessageStatus, Terminal, TerminalStatus
+from .journal import Journal
 from .schema import inbox_messages, migrate, terminals
 
 T = TypeVar("T")
@@ -50,6 +51,7 @@ class Store:
         self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="cao-store")
         with self.engine.begin() as conn:
             migrate(conn)
+        self.journal = Journal(self.engine)
 
     async def run(self, fn: Callable[..., T], *args: Any) -> T:
         """Run a store method on the store thread."""

@@ -52,12 +52,87 @@ inbox_messages = sa.Table(
 )
 
 
+# --- the workflow journal (seed 002) ---------------------------------------------------
+# A run, its steps keyed by the script's step id, the one-attempt decisions a human
+# granted for the next drive, and the append-only event timeline.
+workflow_runs = sa.Table(
+    "workflow_runs", metadata,
+    sa.Column("run_id", sa.String(64), primary_key=True),
+    sa.Column("workflow_name", sa.String(64), nullable=False),
+    sa.Column("tier", sa.String(8), nullable=False),  # "script" | "yaml"
+    sa.Column("state", sa.String(16), nullable=False, index=True),
+    sa.Column("kind", sa.String(16)),  # why it ended badly: error, timeout, cancelled, halted, ...
+    sa.Column("generation", sa.Integer, nullable=False),
+    sa.Column("source", sa.Text, nullable=False),  # frozen snapshot: a resume runs exactly this
+    sa.Column("source_path", sa.Text, nullable=False),
+    sa.Column("content_hash", sa.String(64), nullable=False),
+    sa.Column("inputs_json", sa.Text, nullable=False),
+    sa.Column("output_json", sa.Text),  # JSON text of the run's output; NULL = none emitted
+    sa.Column("warnings", sa.JSON, nullable=False),
+    sa.Column("halts", sa.JSON, nullable=False),  # [{step_id, rule, message}] of the last drive
+    sa.Column("current_step_id", sa.String(64)),
+    sa.Column("driver_pid", sa.Integer),
+    sa.Column("drives", sa.Integer, nullable=False, server_default="1"),
+    sa.Column("started_at", sa.String(24), nullable=False),
+    sa.Column("finished_at", sa.String(24)),
+)
+
+workflow_steps = sa.Table(
+    "workflow_steps", metadata,
+    sa.Column("run_id", sa.String(64), sa.ForeignKey("workflow_runs.run_id", ondelete="CASCADE"),
+              primary_key=True),
+    sa.Column("step_id", sa.String(64), primary_key=True),
+    sa.Column("position", sa.Integer, nullable=False),  # order of first appearance
+    sa.Column("state", sa.String(24), nullable=False),
+    sa.Column("attempts", sa.Integer, nullable=False, server_default="0"),
+    sa.Column("policy", sa.String(16)),  # recovery declared by the last attempt; NULL = undeclared
+    sa.Column("fingerprint", sa.String(64)),
+    sa.Column("fingerprint_scheme", sa.String(8)),
+    sa.Column("envelope", sa.JSON),  # {last_message, status, terminal_id, truncated}
+    sa.Column("output", sa.JSON),  # structured output (workflow_return), if any
+    sa.Column("error", sa.Text),
+    sa.Column("error_kind", sa.String(16)),
+    sa.Column("terminal_id", sa.String(8)),
+    sa.Column("generation", sa.Integer),
+    sa.Column("halt_rule", sa.String(32)),
+    sa.Column("halt_message", sa.Text),
+    sa.Column("started_at", sa.String(24)),
+    sa.Column("finished_at", sa.String(24)),
+)
+
+workflow_decisions = sa.Table(
+    "workflow_decisions", metadata,
+    sa.Column("run_id", sa.String(64), sa.ForeignKey("workflow_runs.run_id", ondelete="CASCADE"),
+              primary_key=True),
+    sa.Column("step_id", sa.String(64), primary_key=True),
+    sa.Column("decision", sa.String(8), nullable=False),  # "rerun" | "skip"
+    sa.Column("generation", sa.Integer, nullable=False),  # the one drive it is valid for
+)
+
+workflow_events = sa.Table(
+    "workflow_events", metadata,
+    sa.Column("seq", sa.Integer, primary_key=True, autoincrement=True),
+    sa.Column("run_id", sa.String(64), nullable=False),
+    sa.Column("type", sa.String(40), nullable=False),
+    sa.Column("step_id", sa.String(64)),
+    sa.Column("generation", sa.Integer),
+    sa.Column("data", sa.JSON, nullable=False),
+    sa.Column("at", sa.String(24), nullable=False),
+    sa.Index("ix_workflow_events_run_seq", "run_id", "seq"),
+)
+
+
 def _v0_to_v1(conn: sa.Connection) -> None:
     for table in (terminals, inbox_messages):
         table.create(conn, checkfirst=True)
 
 
-MIGRATIONS: list[Callable[[sa.Connection], None]] = [_v0_to_v1]
+def _v1_to_v2(conn: sa.Connection) -> None:
+    for table in (workflow_runs, workflow_steps, workflow_decisions, workflow_events):
+        table.create(conn, checkfirst=True)
+
+
+MIGRATIONS: list[Callable[[sa.Connection], None]] = [_v0_to_v1, _v1_to_v2]
 LATEST_VERSION = len(MIGRATIONS)
 
 

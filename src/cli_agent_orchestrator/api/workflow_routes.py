@@ -1,0 +1,237 @@
+"""HTTP routes for workflows: specs in the workflow directory, runs (blocking and
+submitted), resume with decisions, cancel, results, and the event timeline (a batch
+or a Server-Sent Events follow driven by the bus).
+
+`/workflows/runs…` routes are declared before `/workflows/{name}` so that a spec can
+never shadow them.
+"""
+from __future__ import annotations
+
+import json
+from typing import Annotated, Any, AsyncIterator, Literal
+
+from fastapi import APIRouter, Header, Path, Query, Request, Response, status
+from fastapi.responses import JSONResponse, StreamingResponse
+from pydantic import BaseModel, ConfigDict, Field
+
+from ..errors import InvalidInput, NotFound
+from ..services.workflow_state import FINAL_EVENTS
+from ..workflows.inputs import MAX_INPUTS_BYTES
+
+router = APIRouter(prefix="/workflows", tags=["workflows"])
+
+RunId = Annotated[str, Path(max_length=64, description="run id: 1-64 of [A-Za-z0-9_-]")]
+KEEPALIVE_S = 15.0
+EVENTS_PAGE = 500
+BLOCKING_WAIT_S = 8820.0
+
+
+def service(request: Request):
+    return request.app.state.runtime.workflows
+
+
+class RunBody(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    name_or_path: str = Field(..., min_length=1, max_length=4096)
+    inputs: dict[str, Any] = Field(default_factory=dict)
+    run_id: str | None = Field(None, max_length=64)
+
+
+class ResumeBody(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    decisions: dict[str, Literal["rerun", "skip"]] = Field(default_factory=dict)
+    wait: bool = True
+
+
+class ValidateBody(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    path: str | None = Field(None, max_length=4096)
+    source: str | None = Field(None, max_length=256 * 1024)
+    tier: Literal["script", "yaml"] | None = None
+
+
+class StepOutputBody(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    output: dict[str, Any]
+
+
+def _links(run_id: str) -> dict[str, str]:
+    base = f"/workflows/runs/{run_id}"
+    return {"self": base, "status": base, "result": f"{base}/result", "cancel": f"{base}/cancel",
+            "resume": f"{base}/resume", "events": f"{base}/events", "wait": f"{base}/wait"}
+
+
+def _check_inputs_size(inputs: dict[str, Any]) -> None:
+    # A cheap guard before any parsing work. The exact 32 KiB cap applies to the
+    # resolved inputs (paths made absolute, defaults added) in validate_inputs.
+    if len(json.dumps(inputs, default=str).encode("utf-8")) > MAX_INPUTS_BYTES * 2:
+        raise InvalidInput(f"workflow inputs exceed {MAX_INPUTS_BYTES} bytes")
+
+
+# --- specs that need no name --------------------------------------------------------------
+@router.post("/validate")
+async def validate(request: Request, body: ValidateBody) -> dict:
+    """Lint a script or check a YAML spec: a file in the workflow directory (`path`) or
+    text (`source` + `tier`). Answers 200 with status `fail` for an invalid spec."""
+    return service(request).catalog.validate(body.path, body.source, body.tier)
+
+
+@router.get("")
+async def list_specs(request: Request) -> list[dict]:
+    return service(request).catalog.list()
+
+
+# --- runs -----------------------------------------------------------------------------------
+@router.post("/runs")
+async def run_blocking(request: Request, body: RunBody) -> dict:
+    """Start a run and answer when it ends, with its output."""
+    _check_inputs_size(body.inputs)
+    svc = service(request)
+    drive = await svc.start(body.name_or_path, body.inputs, body.run_id)
+    await svc.wait_finished(drive.run_id, BLOCKING_WAIT_S)
+    return await svc.result(drive.run_id)
+
+
+@router.post("/runs:submit", status_code=status.HTTP_202_ACCEPTED)
+async def run_submit(request: Request, body: RunBody) -> dict:
+    """Start a run and answer at once; the run is journaled before this returns."""
+    _check_inputs_size(body.inputs)
+    drive = await service(request).start(body.name_or_path, body.inputs, body.run_id)
+    return {"run_id": drive.run_id, "state": "running", "links": _links(drive.run_id)}
+
+
+@router.get("/runs")
+async def list_runs(request: Request, state: str | None = None,
+                    limit: Annotated[int, Query(ge=1, le=500)] = 50) -> list[dict]:
+    return await service(request).list_runs(state, limit)
+
+
+@router.get("/runs/{run_id}")
+async def run_status(request: Request, run_id: RunId) -> dict:
+    return await service(request).status(run_id)
+
+
+@router.get("/runs/{run_id}/result")
+async def run_result(request: Request, run_id: RunId) -> dict:
+    return await service(request).result(run_id)
+
+
+@router.get("/runs/{run_id}/wait")
+async def run_wait(request: Request, run_id: RunId,
+                   timeout: Annotated[float, Query(ge=0, le=3600)] = 60.0) -> dict:
+    """Long-poll: answers when the run's drive ends or after `timeout` seconds
+    (`finished: false`); driven by the drive's end, not by polling."""
+    svc = service(request)
+    finished = await svc.wait_finished(run_id, timeout)
+    return {"finished": finished, **await svc.status(run_id)}
+
+
+@router.post("/runs/{run_id}/cancel")
+async def run_cancel(request: Request, run_id: RunId) -> dict:
+    await service(request).cancel(run_id)
+    return {"success": True, "run_id": run_id}
+
+
+@router.post("/runs/{run_id}/resume")
+async def run_resume(request: Request, run_id: RunId, body: ResumeBody | None = None) -> Response:
+    """Re-drive a run from the top with a new generation; `decisions` grant one attempt
+    each for halted steps. Blocks until the drive ends unless `wait` is false (202)."""
+    body = body or ResumeBody()
+    svc = service(request)
+    drive = await svc.resume(run_id, body.decisions)
+    if not body.wait:
+        return JSONResponse({"run_id": run_id, "state": "running", "generation": drive.generation,
+                             "links": _links(run_id)}, status_code=status.HTTP_202_ACCEPTED)
+    await svc.wait_finished(run_id, BLOCKING_WAIT_S)
+    return JSONResponse(await svc.result(run_id))
+
+
+@router.delete("/runs/{run_id}", status_code=status.HTTP_204_NO_CONTENT)
+async def run_delete(request: Request, run_id: RunId) -> Response:
+    await service(request).delete_run(run_id)
+    return Response(status_code=status.HTTP_204_NO_CONTENT)
+
+
+@router.post("/runs/{run_id}/steps/{step_id}/output")
+async def step_output(request: Request, run_id: RunId, step_id: Annotated[str, Path(max_length=64)],
+                      body: StepOutputBody) -> dict:
+    """Structured output for a step (MCP `workflow_return` from the step's agent)."""
+    return await service(request).record_step_output(run_id, step_id, body.output)
+
+
+@router.get("/runs/{run_id}/events")
+async def run_events(request: Request, run_id: RunId,
+                     after_seq: Annotated[int, Query(ge=0)] = 0,
+                     limit: Annotated[int, Query(ge=1, le=EVENTS_PAGE)] = EVENTS_PAGE,
+                     stream: bool = False, accept: Annotated[str | None, Header()] = None,
+                     last_event_id: Annotated[str | None, Header()] = None) -> Response:
+    """The run's timeline after `after_seq`: a batch, or (with `stream=true` or
+    `Accept: text/event-stream`) a live follow that ends when the drive ends."""
+    if last_event_id and last_event_id.isdigit():
+        after_seq = max(after_seq, int(last_event_id))
+    svc = service(request)
+    journal = svc.journal
+    if not (stream or (accept or "").startswith("text/event-stream")):
+        try:
+            await svc.get_run(run_id)
+        except NotFound:
+            return JSONResponse({"events": [], "gaps": [], "next_after_seq": after_seq, "run_absent": True})
+        rows = await svc.store.run(journal.events, run_id, after_seq, limit)
+        return JSONResponse({"events": rows, "gaps": [], "next_after_seq": rows[-1]["seq"] if rows else after_seq})
+    return StreamingResponse(_follow(request, svc, run_id, after_seq), media_type="text/event-stream",
+                             headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"})
+
+
+def _frame(row: dict) -> bytes:
+    return f"event: {row['type']}\nid: {row['seq']}\ndata: {json.dumps(row)}\n\n".encode()
+
+
+async def _follow(request: Request, svc: Any, run_id: str, after_seq: int) -> AsyncIterator[bytes]:
+    bus = svc.bus
+    # Subscribe before reading the backlog, so nothing falls between the two.
+    sub = bus.open_stream(f"wf-sse:{id(request)}", f"workflow.{run_id}.event")
+    try:
+        try:
+            await svc.get_run(run_id)
+        except (NotFound, InvalidInput):
+            yield f"event: run_absent\ndata: {json.dumps({'run_id': run_id})}\n\n".encode()
+            return
+        last = after_seq
+        while True:
+            rows = await svc.store.run(svc.journal.events, run_id, last, EVENTS_PAGE)
+            for row in rows:
+                yield _frame(row)
+                last = row["seq"]
+            if len(rows) < EVENTS_PAGE:
+                break
+        if run_id not in svc.registry.drives:
+            return  # nothing is driving it: the timeline is complete
+        while not await request.is_disconnected():
+            event = await bus.next_event(sub, KEEPALIVE_S)
+            if event is None:
+                yield b": keepalive\n\n"
+                if run_id not in svc.registry.drives:
+                    return
+                continue
+            if event.seq <= last:
+                continue
+            row = {"seq": event.seq, "run_id": event.run_id, "type": event.type, "step_id": event.step_id,
+                   "generation": event.generation, "data": event.data, "at": event.at}
+            yield _frame(row)
+            last = event.seq
+            if event.type in FINAL_EVENTS:
+                return
+    finally:
+        bus.close_stream(sub)
+
+
+# --- one spec by name (after the /runs routes) ------------------------------------------------
+@router.get("/{name}")
+async def get_spec(request: Request, name: str) -> dict:
+    return service(request).catalog.get(name)
+
+
+@router.delete("/{name}")
+async def delete_spec(request: Request, name: str) -> dict:
+    spec = service(request).catalog.delete(name)
+    return {"success": True, "name": spec.name}

@@ -1,0 +1,179 @@
+"""Running a workflow script as its own process: a constructed (not inherited)
+environment, stdout and stderr drained concurrently into bounded tails, the last
+`CAO_WORKFLOW_OUTPUT:` line taken as the run's output, and a stop that escalates
+from SIGTERM to SIGKILL for the whole process group.
+"""
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import signal
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+SENTINEL = b"CAO_WORKFLOW_OUTPUT:"
+TAIL_BYTES = 256 * 1024
+# A sentinel line longer than this is not an output a human could read back anyway.
+MAX_SENTINEL_BYTES = 1024 * 1024
+STOP_GRACE_S = 5.0
+
+
+@dataclass
+class ScriptOutcome:
+    returncode: int | None
+    stdout_tail: str
+    stderr_tail: str
+    has_output: bool = False
+    output: Any = None
+    warnings: list[str] = field(default_factory=list)
+
+
+def script_env(*, run_id: str, generation: int, base_url: str, inputs_json: str,
+               resume: bool) -> dict[str, str]:
+    """Exactly what a script gets: its identity, the server address, its inputs, and
+    PATH/HOME. Nothing else of the server's environment leaks into it."""
+    env = {
+        "CAO_WORKFLOW_RUN_ID": run_id,
+        "CAO_WORKFLOW_GENERATION": str(generation),
+        "CAO_API_BASE_URL": base_url,
+        "CAO_WORKFLOW_INPUTS": inputs_json,
+        "PATH": os.environ.get("PATH", "/usr/bin:/bin"),
+        "HOME": os.environ.get("HOME", "/"),
+    }
+    if resume:
+        env["CAO_WORKFLOW_RESUME"] = "1"
+    return env
+
+
+class _Tail:
+    """The last TAIL_BYTES of a stream, plus the last sentinel line seen in it."""
+
+    def __init__(self, scan_sentinel: bool):
+        self.buf = bytearray()
+        self.partial = bytearray()
+        self.sentinel: bytes | None = None
+        self.sentinel_too_long = False
+        self.scan = scan_sentinel
+
+    def feed(self, chunk: bytes) -> None:
+        self.buf += chunk
+        if len(self.buf) > TAIL_BYTES:
+            del self.buf[:len(self.buf) - TAIL_BYTES]
+        if not self.scan:
+            return
+        self.partial += chunk
+        *lines, rest = self.partial.split(b"\n")
+        for line in lines:
+            self._line(line)
+        self.partial = bytearray(rest)
+        if len(self.partial) > MAX_SENTINEL_BYTES + len(SENTINEL):
+            # Not a line we could use; keep only enough to recognise the next one.
+            self.sentinel_too_long = self.sentinel_too_long or self.partial.startswith(SENTINEL)
+            self.partial = bytearray()
+
+    def _line(self, line: bytes) -> None:
+        line = line.rstrip(b"\r")
+        if line.startswith(SENTINEL):
+            self.sentinel = bytes(line[len(SENTINEL):])
+
+    def close(self) -> None:
+        if self.scan and self.partial:
+            self._line(bytes(self.partial))
+
+    def text(self) -> str:
+        return self.buf.decode("utf-8", "replace")
+
+
+class ScriptProcess:
+    """One drive of a script. `start`, then `wait`; `stop` from anywhere."""
+
+    def __init__(self, path: Path, env: dict[str, str], cwd: Path | None = None):
+        self.path, self.env, self.cwd = path, env, cwd
+        self.proc: asyncio.subprocess.Process | None = None
+        self._stdout = _Tail(scan_sentinel=True)
+        self._stderr = _Tail(scan_sentinel=False)
+
+    @property
+    def pid(self) -> int | None:
+        return self.proc.pid if self.proc else None
+
+    async def start(self) -> None:
+        # Own process group: a stop reaches the script's children too.
+        self.proc = await asyncio.create_subprocess_exec(
+            sys.executable, str(self.path), stdin=asyncio.subprocess.DEVNULL,
+            stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
+            env=self.env, cwd=str(self.cwd) if self.cwd else None, start_new_session=True)
+
+    async def _drain(self, stream: asyncio.StreamReader | None, tail: _Tail) -> None:
+        if stream is None:
+            return
+        while chunk := await stream.read(65536):
+            tail.feed(chunk)
+        tail.close()
+
+    async def wait(self, timeout: float | None) -> tuple[ScriptOutcome, bool]:
+        """Wait for the process to end (stopping it after `timeout`); returns the outcome
+        and whether it timed out."""
+        assert self.proc is not None
+        drains = asyncio.gather(self._drain(self.proc.stdout, self._stdout),
+                                self._drain(self.proc.stderr, self._stderr))
+        timed_out = False
+        try:
+            await asyncio.wait_for(asyncio.shield(self.proc.wait()), timeout)
+        except asyncio.TimeoutError:
+            timed_out = True
+            await self.stop()
+        await drains
+        return self._outcome(), timed_out
+
+    async def stop(self) -> None:
+        """SIGTERM the process group, SIGKILL it after the grace period."""
+        if self.proc is None or self.proc.returncode is not None:
+            return
+        _signal_group(self.proc.pid, signal.SIGTERM)
+        try:
+            await asyncio.wait_for(asyncio.shield(self.proc.wait()), STOP_GRACE_S)
+        except asyncio.TimeoutError:
+            _signal_group(self.proc.pid, signal.SIGKILL)
+            await self.proc.wait()
+
+    def _outcome(self) -> ScriptOutcome:
+        assert self.proc is not None
+        out = ScriptOutcome(self.proc.returncode, self._stdout.text(), self._stderr.text())
+        if self._stdout.sentinel_too_long:
+            out.warnings.append(f"an output line over {MAX_SENTINEL_BYTES} bytes was ignored")
+        if self._stdout.sentinel is not None:
+            try:
+                out.output, out.has_output = json.loads(self._stdout.sentinel.decode("utf-8")), True
+            except (UnicodeDecodeError, ValueError):
+                out.warnings.append("malformed sentinel payload: the last CAO_WORKFLOW_OUTPUT: line "
+                                    "is not JSON; the run has no output")
+        return out
+
+
+def _signal_group(pid: int, sig: signal.Signals) -> None:
+    try:
+        os.killpg(pid, sig)
+    except ProcessLookupError:
+        pass
+    except PermissionError:  # the group leader is gone and the id reused: only the pid
+        try:
+            os.kill(pid, sig)
+        except ProcessLookupError:
+            pass
+
+
+def kill_orphan(pid: int, run_id: str) -> bool:
+    """After a server crash: end a script left from the lost drive, if `pid` still is it
+    (checked by its environment, so a reused pid is never hit)."""
+    try:
+        environ = Path(f"/proc/{pid}/environ").read_bytes()
+    except OSError:
+        return False
+    if f"CAO_WORKFLOW_RUN_ID={run_id}".encode() not in environ.split(b"\0"):
+        return False
+    _signal_group(pid, signal.SIGKILL)
+    return True

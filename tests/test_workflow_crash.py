@@ -1,0 +1,158 @@
+"""kill -9 at the moments that matter — of cao-server, of the script, of a worker's CLI —
+then check that the journal is consistent, `status` tells the truth, and resume does the
+right thing per step."""
+from __future__ import annotations
+
+import signal
+
+import pytest
+
+from conftest import CaoServer, wait_until
+from workflow_support import Workflows, processes_with_env, step_counts
+
+SLOW = "__mock_sleep_4"
+
+
+@pytest.fixture
+def wf(tmp_path):
+    server = CaoServer(tmp_path / "home").start()
+    try:
+        yield Workflows(server)
+    finally:
+        server.cleanup()
+
+
+def restart(wf: Workflows) -> None:
+    wf.server.kill9()
+    wf.server.start()
+
+
+def no_script_left(run_id: str) -> None:
+    wait_until(lambda: not [p for p in processes_with_env("CAO_WORKFLOW_RUN_ID", run_id)
+                            if "CAO_TERMINAL_ID" not in p.environ()],
+               15, message="the orphan script ended")
+
+
+def test_server_killed_mid_step_then_resume_per_policy(wf):
+    name = wf.write("three_steps.py", f"""
+        from cao_workflow import run_step, step, emit_output
+        a = run_step("mock_cli", "reviewer", "fast first")
+        b = step("mock_cli", "reviewer", "{SLOW}", recovery="idempotent", step_id="b")
+        c = run_step("mock_cli", "reviewer", "{SLOW} ", step_id="c")
+        emit_output([a.replayed, b.replayed, c.replayed])
+    """)
+    run_id = wf.submit(name)
+    b_terminal = wf.wait_step_terminal(run_id, "b")
+    restart(wf)  # kill -9 while b runs
+
+    status = wf.status(run_id)
+    assert status["state"] == "failed" and status["kind"] == "interrupted" and not status["driving"]
+    steps = {s["id"]: s for s in status["steps"]}
+    assert steps["call-1"]["state"] == "completed" and steps["b"]["state"] == "running"
+    assert "c" not in steps
+    assert any("cao workflow resume" in w for w in wf.result(run_id)["warnings"])
+    assert "run.interrupted" in [e["type"] for e in wf.events(run_id)]
+    no_script_left(run_id)
+    wait_until(lambda: wf.client.get(f"/terminals/{b_terminal}").status_code == 404, 15,
+               message="the unsettled step's terminal removed")
+
+    # Resume: call-1 replays, b (idempotent) runs again, c is new; kill -9 while c runs.
+    assert wf.client.post(f"/workflows/runs/{run_id}/resume", json={"wait": False}).status_code == 202
+    wf.wait_step_terminal(run_id, "c")
+    restart(wf)
+    steps = {s["id"]: s for s in wf.status(run_id)["steps"]}
+    assert steps["call-1"]["attempts"] == 1 and steps["b"]["attempts"] == 2
+    assert steps["b"]["state"] == "completed" and steps["c"]["state"] == "running"
+
+    # c declared nothing: it halts instead of silently running again.
+    halted = wf.resume_ok(run_id)
+    assert halted["kind"] == "halted"
+    assert halted["halts"][0]["step_id"] == "c" and halted["halts"][0]["rule"] == "interrupted_no_policy"
+    assert {s["id"]: s["attempts"] for s in halted["steps"]} == {"call-1": 1, "b": 2, "c": 1}
+
+    # A rerun decision authorises one attempt; that attempt crashes too...
+    assert wf.client.post(f"/workflows/runs/{run_id}/resume",
+                          json={"decisions": {"c": "rerun"}, "wait": False}).status_code == 202
+    wait_until(lambda: wf.step(run_id, "c")["attempts"] == 2 and wf.step(run_id, "c")["terminal_id"], 20,
+               message="c re-dispatched")
+    restart(wf)
+    # ... so the next resume asks again rather than re-running on the old consent.
+    again = wf.resume_ok(run_id)
+    assert again["kind"] == "halted" and again["halts"][0]["rule"] == "interrupted_no_policy"
+    assert wf.step(run_id, "c")["attempts"] == 2
+
+    done = wf.resume_ok(run_id, {"c": "rerun"})
+    assert done["state"] == "completed" and done["output"] == [True, True, False]
+    assert {s["id"]: s["attempts"] for s in done["steps"]} == {"call-1": 1, "b": 2, "c": 3}
+    events = wf.events(run_id)
+    assert step_counts(events, "step.replayed")["call-1"] == 5  # one per resume
+
+
+def test_script_killed_mid_step_the_step_still_settles_and_replays(wf):
+    name = wf.write("killed_script.py", f"""
+        from cao_workflow import run_step, emit_output
+        h = run_step("mock_cli", "reviewer", "{SLOW}")
+        emit_output({{"out": h.output, "replayed": h.replayed}})
+    """)
+    run_id = wf.submit(name)
+    wf.wait_step_terminal(run_id, "call-1")
+    scripts = [p for p in processes_with_env("CAO_WORKFLOW_RUN_ID", run_id) if "CAO_TERMINAL_ID" not in p.environ()]
+    assert len(scripts) == 1
+    scripts[0].send_signal(signal.SIGKILL)
+    result = wf.wait_done(run_id)
+    assert result["state"] == "failed" and result["kind"] == "error"
+    assert any("killed by signal 9" in w for w in result["warnings"])
+    # The step's work was not lost with its caller: it settles in the journal...
+    wait_until(lambda: wf.step(run_id, "call-1")["state"] == "completed", 20, message="step settled")
+    # ... and a resume replays it instead of running it again.
+    done = wf.resume_ok(run_id)
+    assert done["state"] == "completed" and done["output"] == {"out": "MOCK: slept 4s", "replayed": True}
+    assert done["steps"][0]["attempts"] == 1
+
+
+def test_worker_cli_killed_mid_step(wf):
+    name = wf.write("killed_worker.py", f"""
+        from cao_workflow import run_step, step, emit_output
+        a = run_step("mock_cli", "reviewer", "{SLOW}", step_id="plain")
+        emit_output(a.output)
+    """)
+    run_id = wf.submit(name)
+    terminal_id = wf.wait_step_terminal(run_id, "plain")
+    agents = processes_with_env("CAO_TERMINAL_ID", terminal_id)
+    assert agents
+    for proc in agents:
+        proc.send_signal(signal.SIGKILL)
+    result = wf.wait_done(run_id)
+    assert result["state"] == "failed"
+    step = wf.step(run_id, "plain")
+    assert step["state"] == "failed" and step["error_kind"] == "error"
+    # Undeclared: a failed outcome is not re-run without a human.
+    halted = wf.resume_ok(run_id)
+    assert halted["halts"][0]["rule"] == "outcome_failed"
+    done = wf.resume_ok(run_id, {"plain": "rerun"})
+    assert done["state"] == "completed" and done["output"] == "MOCK: slept 4s"
+    assert done["steps"][0]["attempts"] == 2
+
+
+def test_server_killed_after_completion_and_during_start(wf):
+    name = wf.write("quick.py", """
+        from cao_workflow import run_step, emit_output
+        emit_output(run_step("mock_cli", "reviewer", "hello").output)
+    """)
+    done = wf.run_ok(name)
+    restart(wf)
+    after = wf.result(done["run_id"])
+    assert after["state"] == "completed" and after["output"] == "MOCK: hello"
+    assert after["steps"] == done["steps"]
+    # Killed right after the submit answered: the run is journaled, then interrupted.
+    run_id = wf.submit(name)
+    restart(wf)
+    status = wf.status(run_id)
+    if status["state"] == "failed":
+        assert status["kind"] == "interrupted"
+        resumed = wf.resume_ok(run_id)
+        assert resumed["state"] in ("completed", "failed")
+        if resumed["state"] == "failed":  # the step was in flight: undeclared → halt
+            assert resumed["halts"][0]["rule"] == "interrupted_no_policy"
+    else:
+        assert status["state"] == "completed"
