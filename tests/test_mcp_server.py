@@ -7,20 +7,17 @@ an agent's CLI would start it inside a cao terminal.
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 import shutil
-import sys
 import time
-from collections.abc import AsyncIterator, Callable
-from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
 
 import anyio
 import pytest
-from mcp.client.session import ClientSession
-from mcp.client.stdio import StdioServerParameters, stdio_client
 
 from conftest import CaoServer
+from mcp_support import call, mcp_session
 
 pytestmark = [pytest.mark.anyio, pytest.mark.skipif(shutil.which("tmux") is None, reason="tmux not installed")]
 
@@ -33,15 +30,6 @@ def anyio_backend() -> str:
     return "asyncio"
 
 
-def _mcp_command() -> tuple[str, list[str]]:
-    """The installed console script next to this interpreter; the module form if the
-    package was installed without scripts."""
-    script = Path(sys.executable).parent / "cao-mcp-server"
-    if script.exists():
-        return str(script), []
-    return sys.executable, ["-m", "cli_agent_orchestrator.mcp_server.server"]
-
-
 def mcp_env(cao: CaoServer, terminal_id: str | None, **extra: str) -> dict[str, str]:
     # The test itself may run inside a cao terminal: never leak that identity.
     env = {k: v for k, v in cao.env.items() if k != "CAO_TERMINAL_ID"}
@@ -49,23 +37,6 @@ def mcp_env(cao: CaoServer, terminal_id: str | None, **extra: str) -> dict[str, 
         env["CAO_TERMINAL_ID"] = terminal_id
     env.update(extra)
     return env
-
-
-@asynccontextmanager
-async def mcp_session(env: dict[str, str]) -> AsyncIterator[ClientSession]:
-    command, args = _mcp_command()
-    params = StdioServerParameters(command=command, args=args, env=env)
-    async with stdio_client(params) as (read, write), ClientSession(read, write) as session:
-        await session.initialize()
-        yield session
-
-
-async def call(session: ClientSession, tool: str, **arguments: Any) -> dict[str, Any]:
-    """Call a tool and return its structured result; expected failures are results, not errors."""
-    result = await session.call_tool(tool, arguments, read_timeout_seconds=60)
-    assert not result.is_error, result.content
-    assert isinstance(result.structured_content, dict), result
-    return result.structured_content
 
 
 async def eventually(predicate: Callable[[], Any], timeout: float = 15, message: str = "condition") -> Any:

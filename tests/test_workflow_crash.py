@@ -156,3 +156,49 @@ def test_server_killed_after_completion_and_during_start(wf):
             assert resumed["halts"][0]["rule"] == "interrupted_no_policy"
     else:
         assert status["state"] == "completed"
+
+
+def test_damaged_journal_halts_instead_of_guessing(wf):
+    """A stored result that is gone, truncated, or recorded under another fingerprint
+    scheme: the gate halts (or re-runs only what is declared idempotent)."""
+    import sqlite3
+
+    name = wf.write("integrity.py", """
+        import json
+        from cao_workflow import run_step, step, emit_output, ShimHTTPError
+        seen = {}
+        for key, policy in (("absent", None), ("lossy", None), ("old", None), ("old-idem", "idempotent"),
+                            ("fine", None)):
+            try:
+                if policy:
+                    h = step("mock_cli", "reviewer", key, recovery=policy, step_id=key)
+                else:
+                    h = run_step("mock_cli", "reviewer", key, step_id=key)
+                seen[key] = "replayed" if h.replayed else "executed"
+            except ShimHTTPError as exc:
+                detail = json.loads(exc.body)["detail"]
+                seen[key] = detail.get("rule") or detail["kind"]
+        print("CAO_WORKFLOW_OUTPUT:" + json.dumps(seen))
+        raise SystemExit(1)
+    """)
+    run_id = wf.run_ok(name)["run_id"]
+    wf.server.stop()
+    db = sqlite3.connect(wf.server.home / "db" / "cli-agent-orchestrator.db")
+    with db:
+        db.execute("UPDATE workflow_steps SET envelope = NULL WHERE step_id = 'absent'")
+        db.execute("UPDATE workflow_steps SET envelope = json_set(envelope, '$.truncated', json('true')) "
+                   "WHERE step_id = 'lossy'")
+        db.execute("UPDATE workflow_steps SET fingerprint_scheme = 'v0' WHERE step_id IN ('old', 'old-idem')")
+    db.close()
+    wf.server.start()
+    resumed = wf.resume_ok(run_id)
+    halts = {h["step_id"]: h["rule"] for h in resumed["halts"]}
+    assert halts == {"absent": "envelope_absent", "lossy": "envelope_lossy", "old": "provenance_unverifiable"}
+    steps = {s["id"]: s for s in resumed["steps"]}
+    assert steps["old-idem"]["attempts"] == 2 and steps["fine"]["attempts"] == 1
+    assert resumed["kind"] == "halted"
+    # skip accepts the truncated result; rerun re-runs the others.
+    done = wf.resume_ok(run_id, {"lossy": "skip", "absent": "rerun", "old": "rerun"})
+    assert done["halts"] == [] and done["kind"] == "error"  # only the script's own exit 1 is left
+    steps = {s["id"]: s for s in done["steps"]}
+    assert (steps["absent"]["attempts"], steps["lossy"]["attempts"], steps["old"]["attempts"]) == (2, 1, 2)

@@ -5,19 +5,15 @@ scripts whose steps are mock agents in tmux.
 from __future__ import annotations
 
 import shutil
-import sys
 import time
-from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
-from pathlib import Path
 from typing import Any
 
 import httpx
 import pytest
 from mcp.client.session import ClientSession
-from mcp.client.stdio import StdioServerParameters, stdio_client
 
 from conftest import CaoServer
+from mcp_support import call as call_tool, mcp_session
 
 pytestmark = [pytest.mark.anyio, pytest.mark.skipif(shutil.which("tmux") is None, reason="tmux not installed")]
 
@@ -59,35 +55,17 @@ def anyio_backend() -> str:
     return "asyncio"
 
 
-def _mcp_command() -> tuple[str, list[str]]:
-    script = Path(sys.executable).parent / "cao-mcp-server"
-    if script.exists():
-        return str(script), []
-    return sys.executable, ["-m", "cli_agent_orchestrator.mcp_server.server"]
-
-
 def mcp_env(cao: CaoServer, **extra: str) -> dict[str, str]:
     # The test may itself run inside a cao terminal or a workflow step: never leak that identity.
     leaked = {"CAO_TERMINAL_ID", "CAO_WORKFLOW_RUN_ID", "CAO_WORKFLOW_STEP_ID", "CAO_WORKFLOW_GENERATION"}
     return {**{k: v for k, v in cao.env.items() if k not in leaked}, **extra}
 
 
-@asynccontextmanager
-async def mcp_session(env: dict[str, str]) -> AsyncIterator[ClientSession]:
-    command, args = _mcp_command()
-    params = StdioServerParameters(command=command, args=args, env=env)
-    async with stdio_client(params) as (read, write), ClientSession(read, write) as session:
-        await session.initialize()
-        yield session
-
-
 async def call(session: ClientSession, tool: str, **arguments: Any) -> dict[str, Any]:
-    """Call a tool; every outcome, failures included, is an envelope, never a tool error."""
-    result = await session.call_tool(tool, arguments, read_timeout_seconds=60)
-    assert not result.is_error, result.content
-    assert isinstance(result.structured_content, dict), result
-    assert isinstance(result.structured_content.get("ok"), bool), result.structured_content
-    return result.structured_content
+    """Every outcome, failures included, is an envelope with `ok`, never a tool error."""
+    result = await call_tool(session, tool, **arguments)
+    assert isinstance(result.get("ok"), bool), result
+    return result
 
 
 def write_workflow(cao: CaoServer, name: str, source: str) -> None:

@@ -95,3 +95,38 @@ def step_counts(events: list[dict], type_: str) -> dict[str, int]:
         if event["type"] == type_:
             counts[event["step_id"]] = counts.get(event["step_id"], 0) + 1
     return counts
+
+
+# --- recorded journals (replay tests against histories from real runs) -------------------
+JOURNAL_TABLES = ("workflow_runs", "workflow_steps", "workflow_events")
+
+
+def export_journal(db_path, run_id: str) -> dict[str, list[dict]]:
+    """The rows of one run, as JSON-able dicts (JSON columns stay JSON text)."""
+    import sqlite3
+    conn = sqlite3.connect(db_path)
+    conn.row_factory = sqlite3.Row
+    try:
+        return {table: [dict(r) for r in conn.execute(f"SELECT * FROM {table} WHERE run_id = ?", (run_id,))]
+                for table in JOURNAL_TABLES}
+    finally:
+        conn.close()
+
+
+def import_journal(db_path, journal: dict[str, list[dict]], **run_changes: Any) -> None:
+    """Write a recorded run into a (stopped) server's database, optionally changed."""
+    import sqlite3
+    conn = sqlite3.connect(db_path)
+    try:
+        with conn:
+            for table in JOURNAL_TABLES:
+                for row in journal[table]:
+                    if table == "workflow_runs":
+                        row = {**row, **run_changes}
+                    if table == "workflow_events":
+                        row = {k: v for k, v in row.items() if k != "seq"}
+                    cols = ", ".join(row)
+                    marks = ", ".join("?" for _ in row)
+                    conn.execute(f"INSERT INTO {table} ({cols}) VALUES ({marks})", tuple(row.values()))
+    finally:
+        conn.close()

@@ -53,6 +53,8 @@ class ValidateBody(BaseModel):
 class StepOutputBody(BaseModel):
     model_config = ConfigDict(extra="forbid")
     output: dict[str, Any]
+    # The step's CAO_WORKFLOW_GENERATION; when given, output from an older drive is refused.
+    generation: str | None = Field(None, max_length=12, pattern=r"^[0-9]+$")
 
 
 def _links(run_id: str) -> dict[str, str]:
@@ -156,7 +158,7 @@ async def run_delete(request: Request, run_id: RunId) -> Response:
 async def step_output(request: Request, run_id: RunId, step_id: Annotated[str, Path(max_length=64)],
                       body: StepOutputBody) -> dict:
     """Structured output for a step (MCP `workflow_return` from the step's agent)."""
-    return await service(request).record_step_output(run_id, step_id, body.output)
+    return await service(request).record_step_output(run_id, step_id, body.output, body.generation)
 
 
 @router.get("/runs/{run_id}/events")

@@ -277,7 +277,11 @@ class WorkflowTools:
         errors, error = missing_required(output, output_schema)
         if error:
             return fail(error)
-        resp = await self.api.post(f"/workflows/runs/{run_id}/steps/{step_id}/output", json={"output": output})
+        body: dict[str, Any] = {"output": output}
+        generation = (self.env.get("CAO_WORKFLOW_GENERATION") or "").strip()
+        if generation:  # lets the server refuse an agent left over from an older drive
+            body["generation"] = generation
+        resp = await self.api.post(f"/workflows/runs/{run_id}/steps/{step_id}/output", json=body)
         if not (resp.ok and isinstance(resp.body, dict)):
             return http_failure(resp)
         errors += [str(e) for e in resp.body.get("errors") or []]

@@ -15,7 +15,7 @@ import secrets
 from typing import Any
 
 from ..bus import EventBus
-from ..errors import CaoError, Conflict, InvalidInput, NotBuilt, NotFound, Unprocessable
+from ..errors import CaoError, Conflict, InvalidInput, NotBuilt, NotFound, Unprocessable, WorkflowConflict
 from ..settings import Settings
 from ..store import Store
 from ..store.journal import dumps, stamp
@@ -343,7 +343,8 @@ class WorkflowService:
             except asyncio.TimeoutError:
                 return False
 
-    async def record_step_output(self, run_id: str, step_id: str, output: dict) -> dict:
+    async def record_step_output(self, run_id: str, step_id: str, output: dict,
+                                 generation: str | None = None) -> dict:
         """Structured output a step's agent returned (MCP `workflow_return`)."""
         check_name(run_id, "run id")
         check_name(step_id, "step id")
@@ -352,6 +353,10 @@ class WorkflowService:
         step = await self.store.run(self.journal.get_step, run_id, step_id)
         if step is None:
             raise NotFound(f"run {run_id!r} has no step {step_id!r}")
+        if generation is not None and step["generation"] is not None and str(step["generation"]) != generation:
+            raise WorkflowConflict(f"run '{run_id}' step '{step_id}': output from generation '{generation}' "
+                                   f"but the step's attempt is generation '{step['generation']}'",
+                                   "stale_generation", run_id=run_id, step_id=step_id)
         await self.store.run(lambda: self.journal.update_step(run_id, step_id, output=output))
         await self.timeline.record(run_id, "step.output.received", step_id, step["generation"])
         return {"validated": True, "errors": [], "state": step["state"]}

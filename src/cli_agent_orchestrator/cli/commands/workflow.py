@@ -156,6 +156,14 @@ def _declared_types(api: WorkflowClient, name_or_path: str) -> dict[str, Any]:
         return {}  # the run request reports what is wrong with the workflow
 
 
+def _input_value(raw: str, declared_type: str | None) -> Any:
+    """`--input` text typed by its declaration. A relative `path` means relative to where
+    the user typed the command, not to wherever cao-server happens to run."""
+    if declared_type == "path" and raw and not Path(raw).expanduser().is_absolute():
+        return str(Path.cwd() / raw)
+    return coerce_cli_value(raw, declared_type)
+
+
 def _print_outcome(result: dict, as_json: bool) -> None:
     """A finished run (blocking run or resume); exit 0 iff it completed."""
     if as_json:
@@ -185,7 +193,7 @@ def run(name_or_path: str, inputs: tuple[str, ...], run_id: str | None, detach: 
     raw = _parse_inputs(inputs)
     with wf_client() as api:
         declared = _declared_types(api, name_or_path) if raw else {}
-        values = {k: coerce_cli_value(v, (declared.get(k) or {}).get("type")) for k, v in raw.items()}
+        values = {k: _input_value(v, (declared.get(k) or {}).get("type")) for k, v in raw.items()}
         if block:
             # Known up front, so that Ctrl-C can still say which run goes on.
             run_id = run_id or "run-" + secrets.token_hex(8)
