@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 import queue
+import shutil
 import signal
 import socket
 import subprocess
@@ -50,12 +51,15 @@ class Server:
             raise SystemExit("could not follow /events")
 
     def _follow(self) -> None:
-        with httpx.Client(base_url=f"http://127.0.0.1:{self.port}", timeout=None) as c:
-            with c.stream("GET", "/events", params={"pattern": self.pattern}) as resp:
-                for line in resp.iter_lines():
-                    self.connected.set()  # the server sends ": connected" once subscribed
-                    if line.startswith("data: "):
-                        self.events.put((time.perf_counter(), json.loads(line[6:])))
+        try:
+            with httpx.Client(base_url=f"http://127.0.0.1:{self.port}", timeout=None) as c:
+                with c.stream("GET", "/events", params={"pattern": self.pattern}) as resp:
+                    for line in resp.iter_lines():
+                        self.connected.set()  # the server sends ": connected" once subscribed
+                        if line.startswith("data: "):
+                            self.events.put((time.perf_counter(), json.loads(line[6:])))
+        except httpx.HTTPError:
+            pass  # the server went away: close() ended it, or the bench is failing anyway
 
     def wait_event(self, terminal_id: str, status: str, timeout: float = 30) -> float:
         return self.wait_for(lambda ev: ev.get("terminal_id") == terminal_id and ev.get("status") == status,
@@ -83,6 +87,7 @@ class Server:
         except subprocess.TimeoutExpired:
             self.proc.kill()
         subprocess.run(["tmux", "-L", self.socket, "kill-server"], env=self.env, capture_output=True)
+        shutil.rmtree(self.home, ignore_errors=True)  # the temporary cao home it ran in
 
 
 def report(rows: list[tuple[str, float, str]], results: dict, name: str) -> None:

@@ -21,10 +21,8 @@ from __future__ import annotations
 
 import argparse
 import json
-import shutil
 import statistics
 import sys
-import threading
 import time
 from pathlib import Path
 
@@ -213,10 +211,7 @@ def main() -> int:
         b = resume_replay(server, args.resume_steps, a["empty_script_median_ms"])
         print_table(args, a, b)
     finally:
-        # the harness's event follower dies with the server; its traceback is just noise
-        threading.excepthook = lambda _args: None
         server.close()
-        shutil.rmtree(server.home, ignore_errors=True)  # the temporary cao home it ran in
     if args.json:
         args.json.write_text(json.dumps({"overhead": a, "resume": b}, indent=2))
     return 0

@@ -375,6 +375,7 @@ def _step_view(step: dict) -> dict:
             "output": output, "output_json": step["output"], "error": step["error"],
             "error_kind": step["error_kind"], "terminal_id": step["terminal_id"], "policy": step["policy"],
             "call_fingerprint": step["fingerprint"], "generation": step["generation"],
+            "reprompted": False,  # output_schema reprompts are not built (reserved)
             "truncated": bool(envelope and envelope.get("truncated")),
             "halt": {"rule": step["halt_rule"], "message": step["halt_message"]} if step["halt_rule"] else None,
             "started_at": step["started_at"], "finished_at": step["finished_at"]}
