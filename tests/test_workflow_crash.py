@@ -202,3 +202,21 @@ def test_damaged_journal_halts_instead_of_guessing(wf):
     assert done["halts"] == [] and done["kind"] == "error"  # only the script's own exit 1 is left
     steps = {s["id"]: s for s in done["steps"]}
     assert (steps["absent"]["attempts"], steps["lossy"]["attempts"], steps["old"]["attempts"]) == (2, 1, 2)
+
+
+def test_script_over_its_time_limit_is_stopped(tmp_path):
+    server = CaoServer(tmp_path / "short", {"CAO_WORKFLOW_SCRIPT_TIMEOUT": "2"}).start()
+    try:
+        wf = Workflows(server)
+        name = wf.write("sleeper.py", """
+            import signal
+            signal.signal(signal.SIGTERM, signal.SIG_IGN)  # ignores the polite stop: SIGKILL follows
+            signal.pause()
+        """)
+        result = wf.run_ok(name)
+        assert result["state"] == "failed" and result["kind"] == "timeout"
+        assert any("longer than 2s" in w for w in result["warnings"])
+        assert result["generation"] == 2  # fenced: nothing of that drive can run steps any more
+        assert not processes_with_env("CAO_WORKFLOW_RUN_ID", result["run_id"])
+    finally:
+        server.cleanup()

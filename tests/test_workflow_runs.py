@@ -8,7 +8,7 @@ import httpx
 import pytest
 
 from conftest import CaoServer, wait_until
-from workflow_support import Workflows, step_counts
+from workflow_support import Workflows, processes_with_env, step_counts
 
 
 @pytest.fixture(scope="module")
@@ -425,3 +425,17 @@ def test_same_stem_script_and_yaml_is_a_collision(wf):
     wf.write("pair.yaml", "name: other_name\nsteps:\n  - {id: a, agent: reviewer, prompt: hi}\n")
     resp = wf.run("pair")
     assert resp.status_code == 409 and "tier collision" in resp.json()["detail"]
+
+
+def test_script_that_leaves_a_child_holding_its_pipes_still_finishes(wf):
+    name = wf.write("lingering_child.py", """
+        import subprocess, sys
+        from cao_workflow import emit_output
+        # A grandchild inherits stdout/stderr and outlives the script.
+        subprocess.Popen([sys.executable, "-c", "import signal; signal.pause()"])
+        emit_output("done")
+    """)
+    result = wf.run_ok(name)
+    assert result["state"] == "completed" and result["output"] == "done"
+    # The grandchild (same process group) was ended with the drive.
+    assert not processes_with_env("CAO_WORKFLOW_RUN_ID", result["run_id"])

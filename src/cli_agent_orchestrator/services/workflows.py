@@ -128,6 +128,8 @@ class WorkflowService:
         except OSError as exc:
             await self._finish(drive, "failed", "error", warnings=[f"could not start the script: {exc}"])
             return
+        if drive.cancelled:  # cancelled while the process was being spawned
+            await proc.stop()
         await self.store.run(lambda: self.journal.update_run(drive.run_id, driver_pid=proc.pid))
         outcome, timed_out = await proc.wait(self.settings.workflow_script_timeout)
         warnings = list(outcome.warnings)

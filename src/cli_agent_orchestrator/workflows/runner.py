@@ -9,16 +9,20 @@ import asyncio
 import json
 import os
 import signal
+import subprocess
 import sys
+import threading
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 
 SENTINEL = b"CAO_WORKFLOW_OUTPUT:"
 TAIL_BYTES = 256 * 1024
 # A sentinel line longer than this is not an output a human could read back anyway.
 MAX_SENTINEL_BYTES = 1024 * 1024
 STOP_GRACE_S = 5.0
+# After the script exits, how long children it left behind may keep its pipes open.
+PIPE_LINGER_S = 5.0
 
 
 @dataclass
@@ -88,57 +92,80 @@ class _Tail:
 
 
 class ScriptProcess:
-    """One drive of a script. `start`, then `wait`; `stop` from anywhere."""
+    """One drive of a script. `start`, then `wait`; `stop` from anywhere.
+
+    Plain threads read the pipes and wait for the exit: asyncio's subprocess `wait()`
+    also waits for the pipes to close, which a child the script left behind can delay
+    forever; here the exit is seen the moment it happens.
+    """
 
     def __init__(self, path: Path, env: dict[str, str], cwd: Path | None = None):
         self.path, self.env, self.cwd = path, env, cwd
-        self.proc: asyncio.subprocess.Process | None = None
+        self.proc: subprocess.Popen | None = None
         self._stdout = _Tail(scan_sentinel=True)
         self._stderr = _Tail(scan_sentinel=False)
+        self._readers: list[threading.Thread] = []
+        self._exited = asyncio.Event()
 
     @property
     def pid(self) -> int | None:
         return self.proc.pid if self.proc else None
 
     async def start(self) -> None:
+        loop = asyncio.get_running_loop()
         # Own process group: a stop reaches the script's children too.
-        self.proc = await asyncio.create_subprocess_exec(
-            sys.executable, str(self.path), stdin=asyncio.subprocess.DEVNULL,
-            stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
-            env=self.env, cwd=str(self.cwd) if self.cwd else None, start_new_session=True)
+        self.proc = subprocess.Popen(
+            [sys.executable, str(self.path)], stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE, env=self.env, cwd=str(self.cwd) if self.cwd else None,
+            start_new_session=True)
+        for stream, tail in ((self.proc.stdout, self._stdout), (self.proc.stderr, self._stderr)):
+            reader = threading.Thread(target=_drain, args=(stream, tail), daemon=True,
+                                      name=f"cao-script-{self.proc.pid}")
+            reader.start()
+            self._readers.append(reader)
+        proc = self.proc
 
-    async def _drain(self, stream: asyncio.StreamReader | None, tail: _Tail) -> None:
-        if stream is None:
-            return
-        while chunk := await stream.read(65536):
-            tail.feed(chunk)
-        tail.close()
+        def wait_exit() -> None:
+            proc.wait()
+            loop.call_soon_threadsafe(self._exited.set)
+
+        threading.Thread(target=wait_exit, daemon=True, name=f"cao-script-wait-{proc.pid}").start()
 
     async def wait(self, timeout: float | None) -> tuple[ScriptOutcome, bool]:
         """Wait for the process to end (stopping it after `timeout`); returns the outcome
         and whether it timed out."""
         assert self.proc is not None
-        drains = asyncio.gather(self._drain(self.proc.stdout, self._stdout),
-                                self._drain(self.proc.stderr, self._stderr))
         timed_out = False
         try:
-            await asyncio.wait_for(asyncio.shield(self.proc.wait()), timeout)
+            await asyncio.wait_for(self._exited.wait(), timeout)
         except asyncio.TimeoutError:
             timed_out = True
             await self.stop()
-        await drains
+        if not await self._pipes_closed(PIPE_LINGER_S):
+            # The script is gone but something it started still holds its stdout or
+            # stderr open; the run must not hang on it. End the whole process group.
+            _signal_group(self.proc.pid, signal.SIGKILL)
+            await self._pipes_closed(PIPE_LINGER_S)
+            self._stderr.feed(b"\n[cao] processes the script left behind were killed\n")
         return self._outcome(), timed_out
+
+    async def _pipes_closed(self, timeout: float) -> bool:
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + timeout
+        for reader in self._readers:
+            await asyncio.to_thread(reader.join, max(0.0, deadline - loop.time()))
+        return not any(r.is_alive() for r in self._readers)
 
     async def stop(self) -> None:
         """SIGTERM the process group, SIGKILL it after the grace period."""
-        if self.proc is None or self.proc.returncode is not None:
+        if self.proc is None or self._exited.is_set():
             return
         _signal_group(self.proc.pid, signal.SIGTERM)
         try:
-            await asyncio.wait_for(asyncio.shield(self.proc.wait()), STOP_GRACE_S)
+            await asyncio.wait_for(self._exited.wait(), STOP_GRACE_S)
         except asyncio.TimeoutError:
             _signal_group(self.proc.pid, signal.SIGKILL)
-            await self.proc.wait()
+            await self._exited.wait()
 
     def _outcome(self) -> ScriptOutcome:
         assert self.proc is not None
@@ -152,6 +179,13 @@ class ScriptProcess:
                 out.warnings.append("malformed sentinel payload: the last CAO_WORKFLOW_OUTPUT: line "
                                     "is not JSON; the run has no output")
         return out
+
+
+def _drain(stream: IO[bytes], tail: _Tail) -> None:
+    while chunk := stream.read1(65536):
+        tail.feed(chunk)
+    tail.close()
+    stream.close()
 
 
 def _signal_group(pid: int, sig: signal.Signals) -> None:
