@@ -1,5 +1,5 @@
-"""Settings-file plumbing (and a few screen helpers) shared by the Gemini CLI and Qwen Code
-providers.
+"""Settings-file plumbing and screen reading (dialog boxes, turns, the last answer, menu keys)
+shared by the Gemini CLI and Qwen Code providers.
 
 Both CLIs (qwen-code is a fork of gemini-cli) read a JSON-with-comments
 `settings.json` with the same `mcpServers` and `hooks` shapes. cao never writes
@@ -16,7 +16,7 @@ from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
-from .base import LaunchContext
+from .base import LaunchContext, Screen
 from .common import MCP_SERVER_NAME, hook_argv, mcp_server
 
 HOOK_TIMEOUT_MS = 5000  # cao-hook gives up after 2 s itself; this only bounds a stuck interpreter
@@ -103,6 +103,15 @@ def trim(rows: list[str], status_row: re.Pattern[str]) -> list[str]:
     return rows[:end]
 
 
+def last_box(rows: list[str], status_row: re.Pattern[str]) -> list[str]:
+    """The rows of the box drawn last (╭ to ╰), or [] when the rows do not end with one."""
+    rows = trim(rows, status_row)
+    if not rows or not rows[-1].lstrip().startswith("╰"):
+        return []
+    top = last_index(rows, lambda r: r.lstrip().startswith("╭"))
+    return rows[top:] if top is not None else []
+
+
 def box_question(box: list[str], option: re.Pattern[str]) -> str:
     """The question a dialog box asks: its first line ending in "?", else its first text line."""
     texts = [r.strip(" │") for r in box[1:-1] if r.strip(" │") and not option.match(r)]
@@ -120,3 +129,33 @@ def menu_keys(answer: str) -> list[str]:
     if len(word) == 1 and word.isdigit():
         return [word]
     return ["1"] if word in _YES else ["Escape"]
+
+
+def dialog_keys(screen: Screen, answer: str) -> list[str] | None:
+    """Every question these CLIs ask is a numbered menu: answer it with keys (see menu_keys). cao asks
+    only while the status is waiting_user_answer; the screen is not consulted, since cao's copy of it
+    can lag behind the hook that reported the dialog (seen: "no" pasted, Enter allowed the tool)."""
+    return menu_keys(answer)
+
+
+def last_turn(rows: list[str], echo: re.Pattern[str], answer_mark: str) -> tuple[int | None, int | None]:
+    """(last echoed prompt, last answer row after it) in `rows`; a prompt scrolled off reads as None."""
+    q = last_index(rows, lambda r: bool(echo.match(r)))
+    start = 0 if q is None else q + 1
+    answer = last_index(rows[start:], lambda r: r.startswith(answer_mark))
+    return q, None if answer is None else start + answer
+
+
+def last_answer(history: list[str], echo: re.Pattern[str], answer_mark: str,
+                status_row: re.Pattern[str]) -> str | None:
+    """The text of the last answer after the last echoed prompt, or None. An answer's first row
+    starts with `answer_mark`; its continuation rows are indented to the width of that mark."""
+    _, answer = last_turn(history, echo, answer_mark)
+    if answer is None:
+        return None
+    indent = " " * len(answer_mark)
+    end = answer + 1
+    while end < len(history) and (not history[end].strip() or history[end].startswith(indent)):
+        end += 1
+    block = trim(history[answer:end], status_row)
+    return "\n".join([block[0][len(answer_mark):]] + [row[len(indent):] for row in block[1:]])

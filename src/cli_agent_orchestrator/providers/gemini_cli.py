@@ -24,8 +24,8 @@ import re
 from pathlib import Path
 
 from ..models import TerminalStatus
-from ._node_settings import (box_question, hooks, last_index, mcp_servers, menu_keys, merge, read_jsonc, trim,
-                             write_json, write_private)
+from ._node_settings import (box_question, dialog_keys, hooks, last_answer, last_box, last_index, last_turn,
+                             mcp_servers, merge, read_jsonc, trim, write_json, write_private)
 from .base import Launch, LaunchContext, Provider, Screen, StatusReading
 from .common import MCP_SERVER_NAME, terminal_dir
 
@@ -161,17 +161,9 @@ _ANSWER, _ERROR, _CANCELLED = "✦ ", "✕ ", "ℹ Request cancelled."
 _SIGN_IN = ("How would you like to authenticate", "Get started")
 
 
-def _trim(rows: list[str]) -> list[str]:
-    return trim(rows, _STATUS_ROW)
-
-
 def _dialog(rows: list[str]) -> StatusReading | None:
     """The box drawn last, when it asks the user to pick an option."""
-    rows = _trim(rows)
-    if not rows or not rows[-1].lstrip().startswith("╰"):
-        return None
-    top = last_index(rows, lambda r: r.lstrip().startswith("╭"))
-    box = rows[top:] if top is not None else []
+    box = last_box(rows, _STATUS_ROW)
     text = "\n".join(box)
     if all(cue in text for cue in _SIGN_IN):
         return StatusReading(TerminalStatus.ERROR, "Gemini CLI is not signed in: set GEMINI_API_KEY (or "
@@ -179,14 +171,6 @@ def _dialog(rows: list[str]) -> StatusReading | None:
     if not any(_OPTION.match(r) for r in box):
         return None
     return StatusReading(TerminalStatus.WAITING_USER_ANSWER, box_question(box, _OPTION))
-
-
-def _turn(rows: list[str]) -> tuple[int | None, int | None]:
-    """(last echoed prompt, last answer row after it) in `rows`; a prompt scrolled off reads as None."""
-    q = last_index(rows, lambda r: bool(_PROMPT.match(r)))
-    start = 0 if q is None else q + 1
-    answer = last_index(rows[start:], lambda r: r.startswith(_ANSWER))
-    return q, None if answer is None else start + answer
 
 
 def read_status(screen: Screen) -> StatusReading:
@@ -204,14 +188,14 @@ def read_status(screen: Screen) -> StatusReading:
     asked = _dialog(history)
     if asked is not None:
         return StatusReading(asked.status, asked.reason, composer_has_text=has_text)
-    asked_at, answer = _turn(history)
+    asked_at, answer = last_turn(history, _PROMPT, _ANSWER)
     # What came after the last answer, or after the prompt. Before the first prompt an "✕" row is
     # a start-up notice (an MCP server that failed), not a failed turn.
     if answer is not None:
         after = answer
     else:
         after = len(history) if asked_at is None else asked_at + 1
-    tail = _trim(history[after:])
+    tail = trim(history[after:], _STATUS_ROW)
     failed = next((r for r in tail if r.startswith(_ERROR)), None)
     if failed is not None:
         return StatusReading(TerminalStatus.ERROR, failed[2:].strip(), composer_has_text=has_text)
@@ -226,21 +210,7 @@ def extract_reply(history_lines: list[str]) -> str | None:
     lines = [line.rstrip() for line in history_lines]
     rule = last_index(lines, lambda r: bool(_RULE.match(r)))
     history = lines[:rule] if rule is not None else lines
-    _, answer = _turn(history)
-    if answer is None:
-        return None
-    end = answer + 1
-    while end < len(history) and (not history[end].strip() or history[end].startswith("  ")):
-        end += 1
-    block = _trim(history[answer:end])
-    return "\n".join([block[0][len(_ANSWER):]] + [row[2:] for row in block[1:]])
-
-
-def dialog_keys(screen: Screen, answer: str) -> list[str] | None:
-    """Every question this CLI asks is a numbered menu: answer it with keys (see menu_keys). cao asks
-    only while the status is waiting_user_answer; the screen is not consulted, since cao's copy of it
-    can lag behind the hook that reported the dialog (seen: "no" pasted, Enter allowed the tool)."""
-    return menu_keys(answer)
+    return last_answer(history, _PROMPT, _ANSWER, _STATUS_ROW)
 
 
 PROVIDER = Provider(

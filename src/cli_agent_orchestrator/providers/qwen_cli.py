@@ -18,7 +18,8 @@ import re
 from pathlib import Path
 
 from ..models import TerminalStatus
-from ._node_settings import box_question, hooks, last_index, mcp_servers, menu_keys, merge, read_jsonc, trim, write_json
+from ._node_settings import (box_question, dialog_keys, hooks, last_answer, last_box, last_turn, mcp_servers, merge,
+                             read_jsonc, write_json)
 from .base import Launch, LaunchContext, Provider, Screen, StatusReading
 from .common import terminal_dir
 
@@ -130,22 +131,10 @@ _ANSWER, _ERROR = "  ✦ ", "  ✕ "
 
 
 def _dialog(rows: list[str]) -> StatusReading | None:
-    rows = trim(rows, _STATUS_ROW)
-    if not rows or not rows[-1].lstrip().startswith("╰"):
-        return None
-    top = last_index(rows, lambda r: r.lstrip().startswith("╭"))
-    box = rows[top:] if top is not None else []
+    box = last_box(rows, _STATUS_ROW)
     if not any(_OPTION.match(r) for r in box):
         return None
     return StatusReading(TerminalStatus.WAITING_USER_ANSWER, box_question(box, _OPTION))
-
-
-def _turn(rows: list[str]) -> tuple[int | None, int | None]:
-    """(last echoed prompt, last answer row after it)."""
-    q = last_index(rows, lambda r: bool(_ECHO.match(r)))
-    start = 0 if q is None else q + 1
-    answer = last_index(rows[start:], lambda r: r.startswith(_ANSWER))
-    return q, None if answer is None else start + answer
 
 
 def read_status(screen: Screen) -> StatusReading:
@@ -164,7 +153,7 @@ def read_status(screen: Screen) -> StatusReading:
     asked = _dialog(history)
     if asked is not None:
         return StatusReading(asked.status, asked.reason, composer_has_text=has_text)
-    asked_at, answer = _turn(history)
+    asked_at, answer = last_turn(history, _ECHO, _ANSWER)
     if asked_at is not None and answer is None:  # the last turn has no answer: did it fail?
         failed = next((r for r in history[asked_at + 1:] if r.startswith(_ERROR)), None)
         if failed is not None:
@@ -177,21 +166,7 @@ def extract_reply(history_lines: list[str]) -> str | None:
     lines = [line.rstrip() for line in history_lines]
     rules = [i for i, row in enumerate(lines) if _RULE.match(row)]
     history = lines[:rules[-2]] if len(rules) >= 2 else lines
-    _, answer = _turn(history)
-    if answer is None:
-        return None
-    end = answer + 1
-    while end < len(history) and (not history[end].strip() or history[end].startswith("    ")):
-        end += 1
-    block = trim(history[answer:end], _STATUS_ROW)
-    return "\n".join([block[0][len(_ANSWER):]] + [row[4:] for row in block[1:]])
-
-
-def dialog_keys(screen: Screen, answer: str) -> list[str] | None:
-    """Every question this CLI asks is a numbered menu: answer it with keys (see menu_keys). cao asks
-    only while the status is waiting_user_answer; the screen is not consulted, since cao's copy of it
-    can lag behind the hook that reported the dialog (seen: "no" pasted, Enter allowed the tool)."""
-    return menu_keys(answer)
+    return last_answer(history, _ECHO, _ANSWER, _STATUS_ROW)
 
 
 PROVIDER = Provider(
