@@ -1,5 +1,6 @@
 """Shared by the benchmarks: a private cao-server (temporary home, free port, own
-tmux socket) with an SSE follower that timestamps every event as it arrives."""
+tmux socket) with an SSE follower that timestamps every event as it arrives; the
+follower alone, for a cao-server started some other way; the report table."""
 from __future__ import annotations
 
 import json
@@ -24,7 +25,67 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-class Server:
+def machine() -> dict:
+    """What the figures were taken on, for the results file."""
+    return {"cpus": os.cpu_count(), "python": sys.version.split()[0]}
+
+
+class EventFollower:
+    """cao-server's events (GET /events?pattern=...) in a queue, each with its arrival time."""
+
+    def __init__(self, url: str, pattern: str = "terminal.*.status"):
+        self.url, self.pattern = url, pattern
+        self.events: "queue.Queue[tuple[float, dict]]" = queue.Queue()
+        self.connected = threading.Event()
+        threading.Thread(target=self._follow, daemon=True).start()
+        if not self.connected.wait(10):
+            raise SystemExit("could not follow /events")
+
+    def _follow(self) -> None:
+        try:
+            with httpx.Client(base_url=self.url, timeout=None) as c:
+                with c.stream("GET", "/events", params={"pattern": self.pattern}) as resp:
+                    for line in resp.iter_lines():
+                        self.connected.set()  # the server sends ": connected" once subscribed
+                        if line.startswith("data: "):
+                            self.events.put((time.perf_counter(), json.loads(line[6:])))
+        except httpx.HTTPError:
+            pass  # the server went away: it was closed, or the bench is failing anyway
+
+    def wait_event(self, terminal_id: str, status: str, timeout: float = 30) -> float:
+        return self.wait_for(lambda ev: ev.get("terminal_id") == terminal_id and ev.get("status") == status,
+                             timeout)[0]
+
+    def wait_for(self, predicate, timeout: float = 30) -> tuple[float, dict]:
+        """The arrival time and body of the first event satisfying `predicate`."""
+        deadline = time.monotonic() + timeout
+        while True:
+            t, ev = self.events.get(timeout=max(0.01, deadline - time.monotonic()))
+            if predicate(ev):
+                return t, ev
+
+    def first_by_source(self, terminal_id: str, status: str, timeout: float = 30) -> tuple[float, dict[str, float]]:
+        """The arrival time of the terminal's first `status` event and, by source (`hook:Stop`,
+        `screen`, ...), the arrival time of its first event from that source up to then."""
+        seen: dict[str, float] = {}
+        deadline = time.monotonic() + timeout
+        while True:
+            try:
+                t, ev = self.events.get(timeout=max(0.01, deadline - time.monotonic()))
+            except queue.Empty:
+                raise SystemExit(f"terminal {terminal_id} did not reach {status} within {timeout:.0f} s; "
+                                 f"saw {seen}") from None
+            if ev.get("terminal_id") == terminal_id:
+                seen.setdefault(ev["source"], t)
+                if ev["status"] == status:
+                    return t, seen
+
+    def drain(self) -> None:
+        while not self.events.empty():
+            self.events.get_nowait()
+
+
+class Server(EventFollower):
     def __init__(self, think_ms: int, pattern: str = "terminal.*.status"):
         self.home = Path(tempfile.mkdtemp(prefix="cao-bench-"))
         self.port = free_port()
@@ -43,39 +104,7 @@ class Server:
             except httpx.HTTPError:
                 time.sleep(0.05)
         self.socket = self.http.get("/health").json()["tmux_socket"]
-        self.pattern = pattern
-        self.events: "queue.Queue[tuple[float, dict]]" = queue.Queue()
-        self.connected = threading.Event()
-        threading.Thread(target=self._follow, daemon=True).start()
-        if not self.connected.wait(10):
-            raise SystemExit("could not follow /events")
-
-    def _follow(self) -> None:
-        try:
-            with httpx.Client(base_url=f"http://127.0.0.1:{self.port}", timeout=None) as c:
-                with c.stream("GET", "/events", params={"pattern": self.pattern}) as resp:
-                    for line in resp.iter_lines():
-                        self.connected.set()  # the server sends ": connected" once subscribed
-                        if line.startswith("data: "):
-                            self.events.put((time.perf_counter(), json.loads(line[6:])))
-        except httpx.HTTPError:
-            pass  # the server went away: close() ended it, or the bench is failing anyway
-
-    def wait_event(self, terminal_id: str, status: str, timeout: float = 30) -> float:
-        return self.wait_for(lambda ev: ev.get("terminal_id") == terminal_id and ev.get("status") == status,
-                             timeout)[0]
-
-    def wait_for(self, predicate, timeout: float = 30) -> tuple[float, dict]:
-        """The arrival time and body of the first event satisfying `predicate`."""
-        deadline = time.monotonic() + timeout
-        while True:
-            t, ev = self.events.get(timeout=max(0.01, deadline - time.monotonic()))
-            if predicate(ev):
-                return t, ev
-
-    def drain(self) -> None:
-        while not self.events.empty():
-            self.events.get_nowait()
+        super().__init__(f"http://127.0.0.1:{self.port}", pattern)
 
     def tmux(self, *args: str) -> None:
         subprocess.run(["tmux", "-L", self.socket, *args], env=self.env, check=True)

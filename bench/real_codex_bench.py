@@ -10,24 +10,19 @@ overhead = (POST input → `completed` event) − that.
 """
 from __future__ import annotations
 
-import argparse
 import json
-import os
-import queue
 import shutil
 import statistics
 import sys
 import tempfile
-import threading
 import time
 from pathlib import Path
 
-import httpx
 import psutil
 
-REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO / "tests"))
-
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from _harness import EventFollower, machine  # noqa: E402
+from _real_cli import agent_rss_mb, bench_parser, fresh_agents, timed_spawn, timed_turn, turn_figures  # noqa: E402
 from real_cli_support import npm_binary, real_cli_server  # noqa: E402
 
 from cli_agent_orchestrator.scripted_model.harness import ScriptedModelServer  # noqa: E402
@@ -38,85 +33,30 @@ RULES = [{"match": "say hello", "reply": "Hello."},
                                                  {"text": "Printed."}]}]
 
 
-class Follower:
-    """Status events from /events, each stamped with its arrival time."""
-
-    def __init__(self, url: str):
-        self.events: queue.Queue[tuple[float, dict]] = queue.Queue()
-        self.ready = threading.Event()
-        threading.Thread(target=self._run, args=(url,), daemon=True).start()
-        if not self.ready.wait(10):
-            raise SystemExit("could not follow /events")
-
-    def _run(self, url: str) -> None:
-        try:
-            with httpx.Client(base_url=url, timeout=None) as client:
-                with client.stream("GET", "/events", params={"pattern": "terminal.*.status"}) as resp:
-                    for line in resp.iter_lines():
-                        self.ready.set()
-                        if line.startswith("data: "):
-                            self.events.put((time.perf_counter(), json.loads(line[6:])))
-        except httpx.HTTPError:
-            pass  # the server stopped at the end of the run
-
-    def drain(self) -> None:
-        while not self.events.empty():
-            self.events.get_nowait()
-
-    def until(self, tid: str, status: str, timeout: float = 60) -> dict[str, float]:
-        """Arrival times by source of this terminal's events, up to the first `status`."""
-        seen: dict[str, float] = {}
-        deadline = time.monotonic() + timeout
-        while True:
-            t, ev = self.events.get(timeout=max(0.01, deadline - time.monotonic()))
-            if ev.get("terminal_id") != tid:
-                continue
-            seen.setdefault(ev["source"], t)
-            if ev["status"] == status:
-                seen["_end"] = t
-                return seen
-
-
-def rss_mb(tid: str) -> dict[str, float]:
-    """Resident memory of every process started for terminal `tid`, by process name."""
-    out: dict[str, float] = {}
-    for proc in psutil.process_iter():
-        try:
-            if proc.environ().get("CAO_TERMINAL_ID") == tid:
-                argv = proc.cmdline() or [proc.name()]
-                name = Path(argv[0]).name
-                if name.startswith("python") and len(argv) > 1:  # a console script: name it
-                    name = Path(argv[1]).name if argv[1] != "-m" else argv[2]
-                out[name] = out.get(name, 0.0) + proc.memory_info().rss / 2**20
-        except (psutil.NoSuchProcess, psutil.AccessDenied, psutil.ZombieProcess):
-            continue
-    return out
+def process_name(proc: psutil.Process) -> str:
+    argv = proc.cmdline() or [proc.name()]
+    name = Path(argv[0]).name
+    if name.startswith("python") and len(argv) > 1:  # a console script: name it
+        name = Path(argv[1]).name if argv[1] != "-m" else argv[2]
+    return name
 
 
 def ms(values: list[float]) -> str:
     return f"median {statistics.median(values):7.1f} ms  min {min(values):7.1f}  max {max(values):7.1f}"
 
 
-def turn(cao, follow: Follower, tid: str, text: str) -> tuple[float, float]:
-    follow.drain()
-    t0 = time.perf_counter()
-    cao.client.post(f"/terminals/{tid}/input", json={"message": text}).raise_for_status()
-    seen = follow.until(tid, "completed")
-    total = (seen["_end"] - t0) * 1000
-    cli = (seen.get("hook:Stop", seen["_end"]) - seen.get("hook:UserPromptSubmit", t0)) * 1000
-    return total, cli
+def turn(cao, follow: EventFollower, tid: str, text: str) -> tuple[float, float]:
+    """(total ms, the CLI's own ms: UserPromptSubmit → Stop as its hooks report them)."""
+    return timed_turn(cao, follow, tid, text, "hook:UserPromptSubmit", "hook:Stop", timeout=60)
 
 
 def main() -> int:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--spawns", type=int, default=5)
-    ap.add_argument("--turns", type=int, default=10)
-    ap.add_argument("--agents", type=int, default=3)
+    ap = bench_parser(__doc__, spawns=5, turns=10, agents=3)
     ap.add_argument("--json", type=Path, help="also write the raw figures here")
     args = ap.parse_args()
     binary = npm_binary("@openai/codex", "0.171.0", "codex")
     root = Path(tempfile.mkdtemp(prefix="cao-bench-codex-"))
-    results: dict = {"machine": {"cpus": os.cpu_count(), "python": sys.version.split()[0]}, "codex": "0.171.0"}
+    results: dict = {"machine": machine(), "codex": "0.171.0"}
     with ScriptedModelServer() as model:
         model.set_script("bench", RULES)
         cao = real_cli_server(root, [binary], {"OPENAI_BASE_URL": model.base_url("bench", "/v1"),
@@ -127,21 +67,13 @@ def main() -> int:
         work.mkdir()
         cao.start()
         try:
-            follow = Follower(cao.url)
+            follow = EventFollower(cao.url)
 
-            def spawn(yolo: bool = True) -> tuple[float, dict]:
-                t0 = time.perf_counter()
-                resp = cao.client.post("/sessions", params={"agent_profile": "codex_bench", "yolo": yolo,
-                                                            "working_directory": str(work)})
-                resp.raise_for_status()
-                return (time.perf_counter() - t0) * 1000, resp.json()
+            def spawn() -> tuple[float, dict]:
+                return timed_spawn(cao, {"agent_profile": "codex_bench", "yolo": True, "working_directory": str(work)})
 
-            spawn_ms, first_turn_ms = [], []
-            for _ in range(args.spawns):
-                elapsed, term = spawn()
-                spawn_ms.append(elapsed)
-                first_turn_ms.append(turn(cao, follow, term["id"], "please say hello")[0])
-                cao.client.delete(f"/sessions/{term['session_name']}")
+            spawn_ms, first_turn_ms = fresh_agents(cao, spawn, lambda tid: turn(cao, follow, tid, "please say hello"),
+                                                   args.spawns)
             results["spawn_to_idle_ms"] = [round(v, 1) for v in spawn_ms]
             results["first_turn_ms"] = [round(v, 1) for v in first_turn_ms]  # includes cao-mcp-server start-up
 
@@ -154,17 +86,15 @@ def main() -> int:
             for _ in range(args.turns):
                 cao.client.get(f"/terminals/{tid}/output", params={"mode": "last"}).raise_for_status()
             extract_ms = (time.perf_counter() - t0) * 1000 / args.turns
-            for key, rows in (("text_turn", text_turns), ("tool_turn", tool_turns)):
-                results[f"{key}_total_ms"] = [round(t, 1) for t, _ in rows]
-                results[f"{key}_cli_ms"] = [round(c, 1) for _, c in rows]
-                results[f"{key}_overhead_ms"] = [round(t - c, 1) for t, c in rows]
+            results.update(turn_figures("text_turn", "cli", text_turns))
+            results.update(turn_figures("tool_turn", "cli", tool_turns))
             results["output_last_ms"] = round(extract_ms, 1)
 
             agents = [tid] + [spawn()[1]["id"] for _ in range(args.agents - 1)]
             for other in agents[1:]:
                 turn(cao, follow, other, "please say hello")  # each with its MCP server running
             time.sleep(2)  # let start-up allocations settle before reading RSS
-            per_agent = {a: rss_mb(a) for a in agents}
+            per_agent = {a: agent_rss_mb(a, process_name) for a in agents}
             results["rss_mb_per_agent"] = {a: {k: round(v, 1) for k, v in parts.items()}
                                            for a, parts in per_agent.items()}
             totals = [sum(parts.values()) for parts in per_agent.values()]

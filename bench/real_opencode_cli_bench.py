@@ -12,24 +12,20 @@ opencode's); cao's overhead = (POST input → `completed` event) − that. Each 
 """
 from __future__ import annotations
 
-import argparse
 import json
 import os
-import queue
 import shutil
 import statistics
 import sys
 import tempfile
-import threading
 import time
 from pathlib import Path
 
-import httpx
 import psutil
 
-REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO / "tests"))
-
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from _harness import EventFollower, machine  # noqa: E402
+from _real_cli import agent_rss_mb, bench_parser, fresh_agents, timed_spawn, timed_turn, turn_figures  # noqa: E402
 from real_cli_support import npm_binary, real_cli_server  # noqa: E402
 
 from cli_agent_orchestrator.scripted_model.harness import ScriptedModelServer  # noqa: E402
@@ -41,85 +37,27 @@ RULES = [{"match": "say hello", "reply": "Hello."},
                                                  {"text": "Printed."}]}]
 
 
-class StatusEvents:
-    """cao's status events (GET /events), each stamped with its arrival time."""
-
-    def __init__(self, url: str):
-        self.queue: queue.Queue[tuple[float, dict]] = queue.Queue()
-        self.ready = threading.Event()
-        threading.Thread(target=self._follow, args=(url,), daemon=True).start()
-        if not self.ready.wait(10):
-            raise SystemExit("could not follow /events")
-
-    def _follow(self, url: str) -> None:
-        try:
-            with httpx.Client(base_url=url, timeout=None) as client, \
-                    client.stream("GET", "/events", params={"pattern": "terminal.*.status"}) as resp:
-                for line in resp.iter_lines():
-                    self.ready.set()
-                    if line.startswith("data: "):
-                        self.queue.put((time.perf_counter(), json.loads(line[6:])))
-        except httpx.HTTPError:
-            pass  # the server went away at the end of the run
-
-    def clear(self) -> None:
-        while not self.queue.empty():
-            self.queue.get_nowait()
-
-    def first_time_by_source(self, tid: str, until: str, timeout: float = 120) -> dict[str, float]:
-        seen: dict[str, float] = {}
-        deadline = time.monotonic() + timeout
-        while True:
-            try:
-                t, ev = self.queue.get(timeout=max(0.01, deadline - time.monotonic()))
-            except queue.Empty:
-                raise SystemExit(f"terminal {tid} did not reach {until} within {timeout:.0f} s; saw {seen}") from None
-            if ev.get("terminal_id") == tid:
-                seen.setdefault(ev["source"], t)
-                if ev["status"] == until:
-                    seen["end"] = t
-                    return seen
-
-
-def agent_rss_mb(tid: str) -> dict[str, float]:
-    """Resident memory of the processes started for terminal `tid`, by program name."""
-    out: dict[str, float] = {}
-    for proc in psutil.process_iter():
-        try:
-            if proc.environ().get("CAO_TERMINAL_ID") != tid:
-                continue
-            argv = proc.cmdline() or [proc.name()]
-            name = Path(argv[1] if Path(argv[0]).name.startswith("python") and len(argv) > 1 else argv[0]).name
-            out[name] = out.get(name, 0.0) + proc.memory_info().rss / 2**20
-        except (psutil.NoSuchProcess, psutil.AccessDenied, psutil.ZombieProcess):
-            continue
-    return out
+def process_name(proc: psutil.Process) -> str:
+    argv = proc.cmdline() or [proc.name()]
+    return Path(argv[1] if Path(argv[0]).name.startswith("python") and len(argv) > 1 else argv[0]).name
 
 
 def summary(values: list[float]) -> str:
     return f"median {statistics.median(values):8.1f} ms   min {min(values):8.1f}   max {max(values):8.1f}"
 
 
-def run_turn(cao, events: StatusEvents, tid: str, text: str) -> tuple[float, float]:
-    """(total ms, opencode's own ms) for one turn."""
-    events.clear()
-    t0 = time.perf_counter()
-    cao.client.post(f"/terminals/{tid}/input", json={"message": text}).raise_for_status()
-    seen = events.first_time_by_source(tid, "completed")
-    own = seen.get("hook:session.idle", seen["end"]) - seen.get("hook:session.busy", t0)
-    return (seen["end"] - t0) * 1000, own * 1000
+def run_turn(cao, events: EventFollower, tid: str, text: str) -> tuple[float, float]:
+    """(total ms, opencode's own ms: its status plugin's session.busy → session.idle) for one turn."""
+    return timed_turn(cao, events, tid, text, "hook:session.busy", "hook:session.idle", timeout=120)
 
 
 def main() -> int:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--spawns", type=int, default=3)
-    ap.add_argument("--turns", type=int, default=8)
-    ap.add_argument("--agents", type=int, default=2)
+    ap = bench_parser(__doc__, spawns=3, turns=8, agents=2)
     ap.add_argument("--json", type=Path, help="also write the raw figures here")
     args = ap.parse_args()
     binary = npm_binary("opencode-ai", VERSION, "opencode")
     root = Path(tempfile.mkdtemp(prefix="cao-bench-opencode-"))
-    results: dict = {"machine": {"cpus": os.cpu_count(), "python": sys.version.split()[0]}, "opencode": VERSION}
+    results: dict = {"machine": machine(), "opencode": VERSION}
     with ScriptedModelServer() as model:
         model.set_script("bench", RULES)
         cao = real_cli_server(root, [binary], {"CAO_LOG_LEVEL": "warning"})
@@ -137,21 +75,14 @@ def main() -> int:
         work.mkdir()
         cao.start()
         try:
-            events = StatusEvents(cao.url)
+            events = EventFollower(cao.url)
 
             def spawn() -> tuple[float, dict]:
-                t0 = time.perf_counter()
-                resp = cao.client.post("/sessions", params={"agent_profile": "oc_bench", "yolo": True,
-                                                            "working_directory": str(work)}, timeout=180)
-                resp.raise_for_status()
-                return (time.perf_counter() - t0) * 1000, resp.json()
+                params = {"agent_profile": "oc_bench", "yolo": True, "working_directory": str(work)}
+                return timed_spawn(cao, params, timeout=180)
 
-            spawn_ms, first_ms = [], []
-            for _ in range(args.spawns):
-                elapsed, term = spawn()
-                spawn_ms.append(elapsed)
-                first_ms.append(run_turn(cao, events, term["id"], "please say hello")[0])
-                cao.client.delete(f"/sessions/{term['session_name']}")
+            spawn_ms, first_ms = fresh_agents(cao, spawn, lambda tid: run_turn(cao, events, tid, "please say hello"),
+                                              args.spawns)
             results["spawn_to_idle_ms"] = [round(v, 1) for v in spawn_ms]
             results["first_turn_ms"] = [round(v, 1) for v in first_ms]
 
@@ -163,12 +94,11 @@ def main() -> int:
                 rows["text"].append(run_turn(cao, events, tid, f"please say hello {i}"))
                 rows["shell"].append(run_turn(cao, events, tid, f"please print the marker {i}"))
             for kind, pairs in rows.items():
-                results[f"{kind}_turn_total_ms"] = [round(a, 1) for a, _ in pairs]
-                results[f"{kind}_turn_opencode_ms"] = [round(b, 1) for _, b in pairs]
-                results[f"{kind}_turn_overhead_ms"] = [round(a - b, 1) for a, b in pairs]
+                results.update(turn_figures(f"{kind}_turn", "opencode", pairs))
             terms = [term] + [spawn()[1] for _ in range(args.agents - 1)]
             time.sleep(5)  # let start-up settle before reading memory (a measurement, not a sync)
-            results["rss_mb_per_agent"] = [{k: round(v, 1) for k, v in agent_rss_mb(t["id"]).items()} for t in terms]
+            results["rss_mb_per_agent"] = [{k: round(v, 1) for k, v in agent_rss_mb(t["id"], process_name).items()}
+                                           for t in terms]
         except SystemExit:
             print((cao.home / "server.out").read_text()[-3000:], file=sys.stderr)
             out = cao.client.get(f"/terminals/{tid}/output").json().get("output", "") if "tid" in locals() else ""

@@ -11,14 +11,14 @@ import pytest
 from cli_agent_orchestrator.models import TerminalStatus
 from cli_agent_orchestrator.providers import claude_code
 from cli_agent_orchestrator.providers.base import LaunchContext, Screen
+from screen_fixtures import ScreenFixtures
 
-FIXTURES = Path(__file__).parent / "fixtures" / "screens" / "claude_code"
-STATES = sorted(p.stem for p in FIXTURES.glob("*.json"))
+SCREENS = ScreenFixtures("claude_code")
+STATES = SCREENS.states()
 
 
 def load(state: str) -> tuple[list[str], dict]:
-    lines = (FIXTURES / f"{state}.txt").read_text(encoding="utf-8").splitlines()
-    return lines, json.loads((FIXTURES / f"{state}.json").read_text(encoding="utf-8"))
+    return SCREENS.text(state).splitlines(), SCREENS.expected(state)
 
 
 def test_fixtures_are_recorded() -> None:

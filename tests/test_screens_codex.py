@@ -7,7 +7,6 @@ the provider no longer reads.
 """
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import pytest
@@ -15,16 +14,14 @@ import pytest
 from cli_agent_orchestrator.models import TerminalStatus
 from cli_agent_orchestrator.providers import codex
 from cli_agent_orchestrator.providers.base import LaunchContext, Screen
+from screen_fixtures import ScreenFixtures
 
-FIXTURES = Path(__file__).parent / "fixtures" / "screens" / "codex"
-STATES = sorted(p.stem for p in FIXTURES.glob("*.json"))
+SCREENS = ScreenFixtures("codex")
+STATES = SCREENS.states()
 
 
 def load(state: str) -> tuple[Screen, dict]:
-    expect = json.loads((FIXTURES / f"{state}.json").read_text(encoding="utf-8"))
-    lines = (FIXTURES / f"{state}.txt").read_text(encoding="utf-8").split("\n")
-    row, col = expect["cursor"]
-    return Screen([line.rstrip() for line in lines], row, col), expect
+    return SCREENS.screen(state), SCREENS.expected(state)
 
 
 def test_fixtures_cover_every_state():
@@ -43,10 +40,10 @@ def test_read_status(state: str):
         assert reading.reason
 
 
-@pytest.mark.parametrize("state", [s for s in STATES if (FIXTURES / f"{s}.history.txt").exists()])
+@pytest.mark.parametrize("state", [s for s in STATES if SCREENS.has(s, ".history.txt")])
 def test_extract_reply(state: str):
     _, expect = load(state)
-    history = (FIXTURES / f"{state}.history.txt").read_text(encoding="utf-8").splitlines()
+    history = SCREENS.text(state, ".history.txt").splitlines()
     assert codex.extract_reply(history) == expect["reply"]
 
 
@@ -116,7 +113,7 @@ def test_toml_values_round_trip():
 def test_approval_menu_is_answered_with_its_keys():
     from cli_agent_orchestrator.providers.base import Screen
     from cli_agent_orchestrator.providers.codex import dialog_keys
-    screen = Screen((FIXTURES / "permission.txt").read_text().splitlines())
+    screen = Screen(SCREENS.text("permission").splitlines())
     assert dialog_keys(screen, "yes") == ["y"]
     assert dialog_keys(screen, "2") == ["p"]
     assert dialog_keys(screen, "No") == ["Escape"]

@@ -6,21 +6,15 @@ upgrade, re-record and run this file to see at once which reading broke.
 """
 from __future__ import annotations
 
-import json
-from pathlib import Path
-
 import pytest
 
 from cli_agent_orchestrator.models import TerminalStatus
 from cli_agent_orchestrator.providers.base import Screen
 from cli_agent_orchestrator.providers.gemini_cli import dialog_keys, extract_reply, read_status, status_from_hook
+from screen_fixtures import ScreenFixtures
 
-FIXTURES = Path(__file__).parent / "fixtures" / "screens" / "gemini_cli"
-STATES = sorted(p.stem for p in FIXTURES.glob("*.txt"))
-
-
-def screen_of(state: str) -> list[str]:
-    return (FIXTURES / f"{state}.txt").read_text(encoding="utf-8").split("\n")
+SCREENS = ScreenFixtures("gemini_cli")
+STATES = SCREENS.states(".txt")
 
 
 def test_every_state_was_recorded() -> None:
@@ -30,8 +24,8 @@ def test_every_state_was_recorded() -> None:
 
 @pytest.mark.parametrize("state", STATES)
 def test_status_and_reply_read_from_the_recorded_screen(state: str) -> None:
-    expected = json.loads((FIXTURES / f"{state}.json").read_text())
-    lines = screen_of(state)
+    expected = SCREENS.expected(state)
+    lines = SCREENS.lines(state)
     reading = read_status(Screen(lines))
     assert reading.status == TerminalStatus(expected["status"]), reading
     assert reading.composer_has_text == expected.get("composer_has_text", False)
@@ -75,7 +69,7 @@ def test_hooks_map_to_statuses() -> None:
 
 def test_dialogs_are_answered_with_menu_keys() -> None:
     for state in ("permission", "trust"):
-        dialog = Screen(screen_of(state))
+        dialog = Screen(SCREENS.lines(state))
         assert dialog_keys(dialog, "yes") == ["1"]
         assert dialog_keys(dialog, " 2 ") == ["2"]
         # The menu ignores words and Enter would confirm option 1: anything else declines.
@@ -83,5 +77,5 @@ def test_dialogs_are_answered_with_menu_keys() -> None:
 
 
 def test_a_cancelled_turn_is_definitely_idle() -> None:
-    reading = read_status(Screen(screen_of("cancelled")))
+    reading = read_status(Screen(SCREENS.lines("cancelled")))
     assert reading.status == TerminalStatus.IDLE and reading.definite  # no hook reports it

@@ -7,7 +7,6 @@ consent dialog's answer, the launch line and each extraction form.
 """
 from __future__ import annotations
 
-import json
 import re
 from pathlib import Path
 
@@ -16,20 +15,12 @@ import pytest
 from cli_agent_orchestrator.providers import kiro_cli as kiro
 from cli_agent_orchestrator.providers.base import LaunchContext, Screen
 from cli_agent_orchestrator.providers.registry import get_provider
+from screen_fixtures import ScreenFixtures
 
-FIXTURES = Path(__file__).parent / "fixtures" / "screens" / "kiro_cli"
-STATES = sorted(p.stem for p in FIXTURES.glob("*.json"))
-HISTORIES = sorted(p.name.removesuffix(".history.txt") for p in FIXTURES.glob("*.history.txt"))
-
-
-def expected(state: str) -> dict:
-    return json.loads((FIXTURES / f"{state}.json").read_text(encoding="utf-8"))
-
-
-def screen(state: str) -> Screen:
-    lines = (FIXTURES / f"{state}.txt").read_text(encoding="utf-8").split("\n")
-    row, col = expected(state)["cursor"]
-    return Screen([line.rstrip() for line in (lines + [""] * 50)[:50]], row, col)
+SCREENS = ScreenFixtures("kiro_cli", rows=50)  # each screen as the whole 50-row pane
+STATES = SCREENS.states()
+HISTORIES = SCREENS.states(".history.txt")
+expected, screen = SCREENS.expected, SCREENS.screen
 
 
 def test_fixtures_are_labelled_synthesised_and_cover_every_status_rule():
@@ -60,7 +51,7 @@ def test_only_the_consent_dialog_with_its_cursor_on_no_exit_is_answered(state: s
 
 @pytest.mark.parametrize("state", HISTORIES)
 def test_extract_reply(state: str):
-    lines = (FIXTURES / f"{state}.history.txt").read_text(encoding="utf-8").split("\n")
+    lines = SCREENS.lines(state, ".history.txt")
     assert kiro.extract_reply(lines) == expected(state)["reply"], state
 
 

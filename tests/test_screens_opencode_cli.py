@@ -18,21 +18,12 @@ import pytest
 from cli_agent_orchestrator.models import TerminalStatus
 from cli_agent_orchestrator.providers import opencode_cli as oc
 from cli_agent_orchestrator.providers.base import LaunchContext, Screen
+from screen_fixtures import ScreenFixtures
 
-FIXTURES = Path(__file__).parent / "fixtures" / "screens" / "opencode_cli"
-STATES = sorted(p.stem for p in FIXTURES.glob("*.json"))
-HISTORIES = sorted(p.name.removesuffix(".history.txt") for p in FIXTURES.glob("*.history.txt"))
-
-
-def expected(state: str) -> dict:
-    return json.loads((FIXTURES / f"{state}.json").read_text(encoding="utf-8"))
-
-
-def screen(state: str) -> Screen:
-    lines = (FIXTURES / f"{state}.txt").read_text(encoding="utf-8").split("\n")
-    lines = (lines + [""] * 50)[:50]
-    row, col = expected(state)["cursor"]
-    return Screen([line.rstrip() for line in lines], row, col)
+SCREENS = ScreenFixtures("opencode_cli", rows=50)  # each screen as the whole 50-row pane
+STATES = SCREENS.states()
+HISTORIES = SCREENS.states(".history.txt")
+expected, screen = SCREENS.expected, SCREENS.screen
 
 
 def test_every_state_was_recorded():
@@ -53,7 +44,7 @@ def test_read_status_on_recorded_screen(state: str):
 @pytest.mark.parametrize("state", HISTORIES)
 def test_extract_reply_on_recorded_history(state: str):
     want = expected(state)
-    raw = (FIXTURES / f"{state}.history.txt").read_text(encoding="utf-8").split("\n")
+    raw = SCREENS.lines(state, ".history.txt")
     # As captured (reply rows keep their padding to the pane width) ...
     assert oc.extract_reply(raw) == want.get("reply"), state
     # ... and as cao-server hands it over today, every row right-stripped.
@@ -67,7 +58,7 @@ def test_extract_reply_on_recorded_history(state: str):
 
 
 def test_a_turn_still_running_has_no_reply_yet():
-    rows = (FIXTURES / "done.history.txt").read_text(encoding="utf-8").split("\n")
+    rows = SCREENS.lines("done", ".history.txt")
     assert oc.extract_reply(rows + ["", "› the next question", ""]) is None
     assert oc.extract_reply(["█▀▀█  OpenCode", "", "Ask anything..."]) is None
 
@@ -222,7 +213,7 @@ def test_plugin_outside_a_cao_terminal_does_nothing(tmp_path: Path):
 
 
 def test_permission_menu_is_answered_with_its_keys():
-    screen = Screen((FIXTURES / "permission.txt").read_text().splitlines())
+    screen = Screen(SCREENS.text("permission").splitlines())
     assert oc.dialog_keys(screen, "yes") == ["Enter"]
     assert oc.dialog_keys(screen, "always") == ["Right", "Enter"]
     assert oc.dialog_keys(screen, "no") == ["Escape"]

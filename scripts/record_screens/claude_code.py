@@ -13,23 +13,18 @@ upgrade the recording still completes and the screen tests show what broke.
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import shlex
-import subprocess
-import sys
 import tempfile
-import time
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[2]
-sys.path.insert(0, str(REPO / "tests"))
+import _pane
+from _pane import REPO, Pane
+from real_cli_support import isolated_home_env, npm_binary
 
-from real_cli_support import isolated_home_env, npm_binary  # noqa: E402
-
-from cli_agent_orchestrator.providers import claude_code  # noqa: E402
-from cli_agent_orchestrator.providers.base import LaunchContext  # noqa: E402
-from cli_agent_orchestrator.scripted_model.harness import ScriptedModelServer  # noqa: E402
+from cli_agent_orchestrator.providers import claude_code
+from cli_agent_orchestrator.providers.base import LaunchContext
+from cli_agent_orchestrator.scripted_model.harness import ScriptedModelServer
 
 VERSION = "2.1.197"
 HELLO = "Hello from the scripted model."
@@ -47,55 +42,14 @@ SCRIPT = [
 ]
 
 
-class Pane:
-    def __init__(self, socket: str, env: dict[str, str]):
-        self.socket, self.env = socket, env
-
-    def tmux(self, *args: str) -> str:
-        return subprocess.run(["tmux", "-L", self.socket, *args], env=self.env, check=True,
-                              capture_output=True, text=True).stdout
-
-    def start(self, workdir: Path, command: str) -> None:
-        self.tmux("new-session", "-d", "-s", "rec", "-x", "220", "-y", "50", "-c", str(workdir), command)
-
-    def screen(self, history: bool = False) -> str:
-        return self.tmux("capture-pane", "-p", "-t", "rec", *(["-J", "-S", "-"] if history else []))
-
-    def keys(self, *keys: str) -> None:
-        self.tmux("send-keys", "-t", "rec", *keys)
-
-    def type(self, text: str, enter: bool = True) -> None:
-        self.tmux("send-keys", "-t", "rec", "-l", text)
-        if enter:
-            self.wait(text)  # Enter only once the text is in (an early Enter can be lost)
-            self.keys("Enter")
-
-    def wait(self, *markers: str, absent: tuple[str, ...] = (), timeout: float = 40) -> str:
-        deadline = time.monotonic() + timeout
-        while True:
-            text = self.screen()
-            if all(m in text for m in markers) and not any(a in text for a in absent):
-                time.sleep(0.3)  # let the frame settle
-                return self.screen()
-            if time.monotonic() > deadline:
-                print(f"  ! timed out waiting for {markers} (absent {absent}); keeping what is there")
-                return text
-            time.sleep(0.1)
-
-    def kill(self) -> None:
-        pids = subprocess.run(["tmux", "-L", self.socket, "list-panes", "-a", "-F", "#{pane_pid}"], env=self.env,
-                              capture_output=True, text=True).stdout.split()
-        subprocess.run(["tmux", "-L", self.socket, "kill-server"], env=self.env, capture_output=True)
-        # Claude writes its state files while it shuts down: wait, or they land in a removed HOME.
-        deadline = time.monotonic() + 15
-        while any(Path(f"/proc/{pid}").exists() for pid in pids) and time.monotonic() < deadline:
-            time.sleep(0.05)
+def new_pane(suffix: str, env: dict[str, str]) -> Pane:
+    # Claude can lose an Enter typed right behind the text, so type() waits for the text first;
+    # and it writes its state files while it shuts down: kill() waits, or they land in a removed HOME.
+    return Pane(f"cao-rec-claude-{os.getpid()}{suffix}", env, settle=0.3, enter_delay=None, exit_wait=15)
 
 
 def save(out: Path, state: str, text: str, **expected: object) -> None:
-    (out / f"{state}.txt").write_text(text.rstrip("\n") + "\n", encoding="utf-8")
-    (out / f"{state}.json").write_text(json.dumps(expected, indent=1) + "\n", encoding="utf-8")
-    print(f"  {state}: {expected}")
+    _pane.save(out, state, text, expected, indent=1)
 
 
 def launch_command(root: Path, env: dict[str, str], terminal_id: str, yolo: bool) -> str:
@@ -117,7 +71,7 @@ def record(out: Path) -> None:
         model.set_script("rec", SCRIPT)
         env = {"PATH": f"{binary.parent}{os.pathsep}{os.environ['PATH']}", "TERM": "xterm-256color",
                "LANG": "C.UTF-8", "CAO_API_PORT": "9", **isolated_home_env(root), **model.cli_env("rec")}
-        pane = first = Pane(f"cao-rec-claude-{os.getpid()}", env)
+        pane = first = new_pane("", env)
         try:
             # A brand-new HOME: first-run screens, then the trust dialog, all with permissions on.
             pane.start(root / "work", launch_command(root, env, "0000c1a0", yolo=False))
@@ -159,7 +113,7 @@ def record(out: Path) -> None:
             first.kill()
 
             # Bypass mode (the usual way cao runs it): its footer, a multi-paragraph reply, the history.
-            pane = Pane(f"cao-rec-claude-{os.getpid()}-bypass", env)  # a fresh tmux server
+            pane = new_pane("-bypass", env)  # a fresh tmux server
             pane.start(root / "work", launch_command(root, env, "0000c1a1", yolo=True))
             save(out, "idle_bypass", pane.wait("bypass permissions on"), status="idle")
             pane.type("take your time")
@@ -168,7 +122,7 @@ def record(out: Path) -> None:
                                                absent=("esc to interrupt",)), status="completed", reply=LONG)
             pane.type("list the marker")
             pane.wait("printed marker-42", absent=("esc to interrupt",))
-            save(out, "history", pane.screen(history=True), status="completed",
+            save(out, "history", pane.history(), status="completed",
                  reply="The command printed marker-42.")
         finally:
             first.kill()

@@ -12,24 +12,18 @@ recording still completes and tests/test_screens_codex.py shows what no longer r
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import shlex
-import shutil
 import subprocess
 import sys
-import tempfile
 import time
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[2]
-sys.path.insert(0, str(REPO / "tests"))
+import _pane
+from _pane import REPO, Pane
 
-from real_cli_support import isolated_home_env, npm_binary  # noqa: E402
-
-from cli_agent_orchestrator.providers import codex  # noqa: E402
-from cli_agent_orchestrator.providers.base import LaunchContext  # noqa: E402
-from cli_agent_orchestrator.scripted_model.harness import ScriptedModelServer  # noqa: E402
+from cli_agent_orchestrator.providers import codex
+from cli_agent_orchestrator.scripted_model.harness import ScriptedModelServer
 
 VERSION = "0.171.0"
 HELLO = "Hello from the scripted model.\nSecond line here."
@@ -49,65 +43,17 @@ FAST_FAILURE = {"model_providers.cao_openai.stream_max_retries": 0,
 READY = "for shortcuts"  # in the footer once the session is configured (with " · " parts)
 
 
-class Pane:
-    def __init__(self, socket: str, env: dict[str, str], cwd: Path, argv: list[str]):
-        self.socket, self.env = socket, env
-        self.tmux("new-session", "-d", "-s", "rec", "-x", "220", "-y", "50", "-c", str(cwd),
-                  shlex.join(argv))
-        self.tmux("set-option", "-t", "rec", "remain-on-exit", "on")
-
-    def tmux(self, *args: str) -> str:
-        return subprocess.run(["tmux", "-L", self.socket, *args], env=self.env, check=True,
-                              capture_output=True, text=True).stdout
-
-    def screen(self) -> str:
-        return self.tmux("capture-pane", "-p", "-t", "rec")
-
-    def history(self) -> str:
-        return self.tmux("capture-pane", "-p", "-J", "-S", "-", "-t", "rec")
-
-    def cursor(self) -> list[int]:
-        x, y = self.tmux("display-message", "-p", "-t", "rec", "#{cursor_x} #{cursor_y}").split()
-        return [int(y), int(x)]
-
-    def keys(self, *keys: str) -> None:
-        self.tmux("send-keys", "-t", "rec", *keys)
-
-    def type(self, text: str, enter: bool = True) -> None:
-        self.tmux("send-keys", "-t", "rec", "-l", text)
-        if enter:
-            time.sleep(0.3)
-            self.keys("Enter")
-
-    def wait(self, *markers: str, absent: tuple[str, ...] = (), timeout: float = 40) -> str:
-        deadline = time.monotonic() + timeout
-        while True:
-            text = self.screen()
-            if all(m in text for m in markers) and not any(a in text for a in absent):
-                return text
-            if time.monotonic() > deadline:
-                print(f"  ! timed out waiting for {markers} (absent {absent}); keeping what is there")
-                return text
-            time.sleep(0.1)
-
+class CodexPane(Pane):
     def settle(self, *markers: str, absent: tuple[str, ...] = (), timeout: float = 40) -> str:
         """Wait for the markers, then for the screen to stop changing (no spinner is on a still frame)."""
         text = self.wait(*markers, absent=absent, timeout=timeout)
         time.sleep(0.5)
         return self.screen() if all(m in self.screen() for m in markers) else text
 
-    def kill(self) -> None:
-        subprocess.run(["tmux", "-L", self.socket, "kill-server"], env=self.env, capture_output=True)
-
 
 def save(out: Path, state: str, pane: Pane, expect: dict, text: str | None = None, history: bool = False) -> None:
-    out.mkdir(parents=True, exist_ok=True)
     expect = {**expect, "cursor": pane.cursor()}
-    (out / f"{state}.txt").write_text((text or pane.screen()).rstrip("\n") + "\n", encoding="utf-8")
-    if history:
-        (out / f"{state}.history.txt").write_text(pane.history().rstrip("\n") + "\n", encoding="utf-8")
-    (out / f"{state}.json").write_text(json.dumps(expect, indent=2) + "\n", encoding="utf-8")
-    print(f"  {state}: {expect}")
+    _pane.save(out, state, text or pane.screen(), expect, history=pane.history() if history else None)
 
 
 def slow_mcp_server(root: Path) -> list[str]:
@@ -120,21 +66,20 @@ def slow_mcp_server(root: Path) -> list[str]:
 
 
 def launch(root: Path, name: str, yolo: bool, cwd: Path | None = None, hook_trust: bool = True,
-           extra: dict | None = None, mcp: list[str] | None = None) -> Pane:
+           extra: dict | None = None, mcp: list[str] | None = None) -> CodexPane:
     workdir = root / "work"
-    ctx = LaunchContext(terminal_id=name.encode().hex()[:8].ljust(8, "0"), profile_name="recorder",
-                        system_prompt="You are a recording fixture.", working_directory=str(workdir),
-                        home_dir=root / f"cao-{name}", model="fake-model", yolo=yolo,
-                        mcp_server_argv=mcp or [], profile_extra={"codexConfig": extra or {}})
+    ctx = _pane.context(root, name, yolo, model="fake-model", mcp_server_argv=mcp or [],
+                        profile_extra={"codexConfig": extra or {}})
     argv = codex.build_launch(ctx).argv
     if not hook_trust:  # show the hook-review screen the provider normally skips
         script = Path(argv[-1])
         script.write_text(script.read_text().replace(" --dangerously-bypass-hook-trust", ""))
     env = {k: v for k, v in os.environ.items() if k not in ("TMUX", "CAO_TERMINAL_ID")}
-    return Pane(f"cao-rec-codex-{os.getpid()}-{name}", env, cwd or workdir, argv)
+    return CodexPane(f"cao-rec-codex-{os.getpid()}-{name}", env).start(cwd or workdir, shlex.join(argv),
+                                                                       remain_on_exit=True)
 
 
-def record(root: Path, out: Path, panes: list[Pane]) -> None:
+def record(root: Path, out: Path, panes: list[CodexPane]) -> None:
     for repo in (root / "work", root / "other"):
         repo.mkdir()
         subprocess.run(["git", "init", "-q", str(repo)], check=True)  # git dirs: the trust screen's trigger
@@ -169,7 +114,7 @@ def record(root: Path, out: Path, panes: list[Pane]) -> None:
     pane.type("please take your time")
     pane.wait("esc to interrupt")
     pane.keys("Escape")
-    save(out, "interrupted", pane, {"status": "error"}, pane.settle("interrupted", READY))
+    save(out, "interrupted", pane, {"status": "idle"}, pane.settle("interrupted", READY))
     pane.type("please break now")
     save(out, "error", pane, {"status": "error"}, pane.settle("■ ", READY, absent=("esc to interrupt",),
                                                                 timeout=90))
@@ -194,21 +139,12 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", type=Path, default=REPO / "tests" / "fixtures" / "screens" / "codex")
     args = parser.parse_args()
-    binary = npm_binary("@openai/codex", VERSION, "codex")
-    root = Path(tempfile.mkdtemp(prefix="cao-rec-codex-"))
-    os.environ.update(isolated_home_env(root))
-    os.environ["PATH"] = f"{binary.parent}{os.pathsep}{os.environ['PATH']}"
-    os.environ["CAO_API_PORT"] = "9"  # hooks and cao-mcp-server must not reach any real cao-server
-    panes: list[Pane] = []
-    try:
+    with _pane.recording("@openai/codex", VERSION, "codex", "cao-rec-codex-") as (root, panes):
+        os.environ["CAO_API_PORT"] = "9"  # hooks and cao-mcp-server must not reach any real cao-server
         with ScriptedModelServer() as model:
             model.set_script("rec", SCRIPT)
             os.environ.update({"OPENAI_BASE_URL": model.base_url("rec", "/v1"), "OPENAI_API_KEY": "scripted"})
             record(root, args.out, panes)
-    finally:
-        for pane in panes:
-            pane.kill()
-        shutil.rmtree(root, ignore_errors=True)
     return 0
 
 

@@ -19,21 +19,15 @@ import argparse
 import json
 import os
 import shlex
-import shutil
-import subprocess
 import sys
-import tempfile
 import time
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[2]
-sys.path.insert(0, str(REPO / "tests"))
+import _pane
+from _pane import REPO, Pane
 
-from real_cli_support import isolated_home_env, npm_binary  # noqa: E402
-
-from cli_agent_orchestrator.providers import opencode_cli  # noqa: E402
-from cli_agent_orchestrator.providers.base import LaunchContext  # noqa: E402
-from cli_agent_orchestrator.scripted_model.harness import ScriptedModelServer  # noqa: E402
+from cli_agent_orchestrator.providers import opencode_cli
+from cli_agent_orchestrator.scripted_model.harness import ScriptedModelServer
 
 VERSION = "1.18.33"
 HELLO = "Hello from the scripted model.\n\nA second paragraph, after a blank line."
@@ -55,79 +49,29 @@ RULES = [
 FOOTER = "ctrl+p cmd"
 
 
-class Pane:
-    """One tmux server on a private socket, one 220x50 window running the launch argv."""
-
-    def __init__(self, name: str, argv: list[str], env: dict[str, str], cwd: Path):
-        self.socket, self.env = f"cao-rec-opencode-{os.getpid()}-{name}", env
-        self.tmux("new-session", "-d", "-s", "rec", "-x", "220", "-y", "50", "-c", str(cwd),
-                  shlex.join(argv))
-        self.tmux("set-option", "-t", "rec", "remain-on-exit", "on")
-
-    def tmux(self, *args: str) -> str:
-        return subprocess.run(["tmux", "-L", self.socket, *args], env=self.env, check=True,
-                              capture_output=True, text=True).stdout
-
-    def screen(self) -> str:
-        return self.tmux("capture-pane", "-p", "-t", "rec")
-
-    def history(self) -> str:
-        return self.tmux("capture-pane", "-p", "-J", "-S", "-", "-t", "rec")
-
-    def cursor(self) -> list[int]:
-        x, y = self.tmux("display-message", "-p", "-t", "rec", "#{cursor_x} #{cursor_y}").split()
-        return [int(y), int(x)]
-
-    def keys(self, *keys: str) -> None:
-        self.tmux("send-keys", "-t", "rec", *keys)
-
-    def type(self, text: str, enter: bool = True) -> None:
-        self.tmux("send-keys", "-t", "rec", "-l", text)
-        if enter:
-            time.sleep(0.4)
-            self.keys("Enter")
-
-    def wait(self, *markers: str, absent: tuple[str, ...] = (), timeout: float = 60) -> str:
-        deadline = time.monotonic() + timeout
-        while True:
-            text = self.screen()
-            if all(m in text for m in markers) and not any(a in text for a in absent):
-                return text
-            if time.monotonic() > deadline:
-                print(f"  ! timed out waiting for {markers} (absent {absent}); keeping what is there")
-                return text
-            time.sleep(0.1)
-
+class OpencodePane(Pane):
     def settle(self, *markers: str, absent: tuple[str, ...] = (), timeout: float = 60) -> str:
         """The markers, then a still screen (the progress dots move every frame)."""
         self.wait(*markers, absent=absent, timeout=timeout)
         time.sleep(0.6)
         return self.wait(*markers, absent=absent, timeout=5)
 
-    def kill(self) -> None:
-        subprocess.run(["tmux", "-L", self.socket, "kill-server"], env=self.env, capture_output=True)
-
 
 def save(out: Path, state: str, pane: Pane, expect: dict, text: str, history: bool = False) -> None:
     expect = {**expect, "cursor": pane.cursor()}
-    (out / f"{state}.txt").write_text(text.rstrip("\n") + "\n", encoding="utf-8")
-    if history:
-        (out / f"{state}.history.txt").write_text(pane.history().rstrip("\n") + "\n", encoding="utf-8")
-    (out / f"{state}.json").write_text(json.dumps(expect, indent=2) + "\n", encoding="utf-8")
-    print(f"  {state}: {expect}")
+    _pane.save(out, state, text, expect, history=pane.history() if history else None)
 
 
-def launch(root: Path, name: str, yolo: bool) -> Pane:
-    ctx = LaunchContext(terminal_id=name.encode().hex()[:8].ljust(8, "0"), profile_name="recorder",
-                        system_prompt="You are a recording fixture.", working_directory=str(root / "work"),
-                        home_dir=root / f"cao-{name}", yolo=yolo)
+def launch(root: Path, name: str, yolo: bool) -> OpencodePane:
+    ctx = _pane.context(root, name, yolo)
     launch = opencode_cli.build_launch(ctx)
     env = {k: v for k, v in os.environ.items() if k not in ("TMUX", "TMUX_PANE")}
     env.update(launch.env, CAO_TERMINAL_ID=ctx.terminal_id)
-    return Pane(name, launch.argv, env, root / "work")
+    pane = OpencodePane(f"cao-rec-opencode-{os.getpid()}-{name}", env, timeout=60, enter_delay=0.4)
+    return pane.start(root / "work", shlex.join(launch.argv), remain_on_exit=True)
 
 
-def record(root: Path, out: Path, panes: list[Pane]) -> None:
+def record(root: Path, out: Path, panes: list[OpencodePane]) -> None:
     (root / "work").mkdir()
     pane = launch(root, "main", yolo=False)
     panes.append(pane)
@@ -193,14 +137,9 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", type=Path, default=REPO / "tests" / "fixtures" / "screens" / "opencode_cli")
     args = parser.parse_args()
-    binary = npm_binary("opencode-ai", VERSION, "opencode")
-    root = Path(tempfile.mkdtemp(prefix="cao-rec-opencode-"))
-    os.environ.update(isolated_home_env(root))
-    os.environ["PATH"] = f"{binary.parent}{os.pathsep}{os.environ['PATH']}"
-    os.environ["CAO_API_PORT"] = "9"  # the status plugin and cao-mcp-server must not reach a real cao-server
-    args.out.mkdir(parents=True, exist_ok=True)
-    panes: list[Pane] = []
-    try:
+    with _pane.recording("opencode-ai", VERSION, "opencode", "cao-rec-opencode-") as (root, panes):
+        os.environ["CAO_API_PORT"] = "9"  # the status plugin and cao-mcp-server must not reach a real cao-server
+        args.out.mkdir(parents=True, exist_ok=True)
         with ScriptedModelServer() as model:
             model.set_script("rec", RULES)
             config = Path(os.environ["XDG_CONFIG_HOME"]) / "opencode" / "opencode.json"
@@ -212,10 +151,6 @@ def main() -> int:
                                           "options": {"baseURL": model.base_url("rec", "/v1"), "apiKey": "x"},
                                           "models": {"fake-model": {"name": "Fake Model", "tool_call": True}}}}}))
             record(root, args.out, panes)
-    finally:
-        for pane in panes:
-            pane.kill()
-        shutil.rmtree(root, ignore_errors=True)
     return 0
 
 
