@@ -64,9 +64,12 @@ class EventFollower:
             if predicate(ev):
                 return t, ev
 
-    def first_by_source(self, terminal_id: str, status: str, timeout: float = 30) -> tuple[float, dict[str, float]]:
-        """The arrival time of the terminal's first `status` event and, by source (`hook:Stop`,
-        `screen`, ...), the arrival time of its first event from that source up to then."""
+    def first_by_source(self, terminal_id: str, status: str, timeout: float = 30,
+                        turn: int = 0) -> tuple[float, dict[str, float]]:
+        """The arrival time of the terminal's first `status` event of input turn `turn` or
+        later and, by source (`hook:Stop`, `screen`, ...), the arrival time of its first event
+        from that source up to then. Events of earlier turns (a late `completed` of the turn
+        before) are skipped, so they can never end a measurement early."""
         seen: dict[str, float] = {}
         deadline = time.monotonic() + timeout
         while True:
@@ -75,7 +78,7 @@ class EventFollower:
             except queue.Empty:
                 raise SystemExit(f"terminal {terminal_id} did not reach {status} within {timeout:.0f} s; "
                                  f"saw {seen}") from None
-            if ev.get("terminal_id") == terminal_id:
+            if ev.get("terminal_id") == terminal_id and ev.get("turn", 0) >= turn:
                 seen.setdefault(ev["source"], t)
                 if ev["status"] == status:
                     return t, seen

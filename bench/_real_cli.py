@@ -253,8 +253,9 @@ def timed_turn(cao, events: EventFollower, tid: str, text: str, started: str, en
     to the `completed` event)."""
     events.drain()
     t0 = time.perf_counter()
-    cao.client.post(f"/terminals/{tid}/input", json={"message": text}).raise_for_status()
-    end, seen = events.first_by_source(tid, "completed", timeout)
+    resp = cao.client.post(f"/terminals/{tid}/input", json={"message": text})
+    resp.raise_for_status()
+    end, seen = events.first_by_source(tid, "completed", timeout, turn=resp.json()["turn"])
     return (end - t0) * 1000, (seen.get(ended, end) - seen.get(started, t0)) * 1000
 
 
