@@ -137,6 +137,25 @@ def delete_session(env: Env, term: dict) -> None:
     env.cao.client.delete(f"/sessions/{term['session_name']}")
 
 
+def test_back_to_back_turns_each_get_their_own_reply(env: Env):
+    """A turn sent the moment the previous one completed: the screen still shows the old
+    answer under the new echo, and only Codex's hooks may say when the new turn is done."""
+    term = create(env)
+    tid = term["id"]
+    try:
+        for prompt, reply in (("please say hello", HELLO), ("please print the marker",
+                                                            "The command printed the marker."),
+                              ("please say hello", HELLO), ("please print the marker",
+                                                            "The command printed the marker.")):
+            resp = env.cao.client.post("/terminals/run-step", json={
+                "agent": "codex_dev", "prompt": prompt, "reuse_terminal_id": tid, "timeout": 60}, timeout=90)
+            assert resp.status_code == 200, resp.text
+            assert resp.json()["last_message"] == reply, (prompt, resp.json())
+        assert terminal(env, tid)["status_source"] == "hook:Stop"
+    finally:
+        delete_session(env, term)
+
+
 def test_spawn_text_and_shell_turns(env: Env):
     term = create(env)
     tid = term["id"]

@@ -221,6 +221,11 @@ class StatusMonitor:
         if term.phase != _SETTLED:
             if new == TerminalStatus.UNKNOWN:
                 return
+            if (new.is_ready and term.hooks_seen and not reading.definite
+                    and term.status_at_submit != TerminalStatus.WAITING_USER_ANSWER):
+                # A CLI that reports its turns by hooks says itself when the new one starts;
+                # until then a ready screen is the previous answer with the new echo above.
+                return
             if new.is_ready:
                 if reading.composer_has_text:
                     term.phase = _COMPOSER_SEEN
