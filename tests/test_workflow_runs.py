@@ -439,3 +439,10 @@ def test_script_that_leaves_a_child_holding_its_pipes_still_finishes(wf):
     assert result["state"] == "completed" and result["output"] == "done"
     # The grandchild (same process group) was ended with the drive.
     assert not processes_with_env("CAO_WORKFLOW_RUN_ID", result["run_id"])
+
+
+def test_runs_list_newest_first_within_one_second(wf):
+    name = wf.write("instant.py", "print('CAO_WORKFLOW_OUTPUT:1')\n")
+    ids = [wf.run_ok(name)["run_id"] for _ in range(4)]
+    listed = [r["run_id"] for r in wf.client.get("/workflows/runs", params={"limit": 4}).json()]
+    assert listed == ids[::-1]

@@ -7,6 +7,7 @@ atomic with respect to every other writer.
 from __future__ import annotations
 
 import json
+import time
 from datetime import datetime, timezone
 from typing import Any
 
@@ -32,7 +33,7 @@ class Journal:
     def create_run(self, run: Row) -> None:
         try:
             with self.engine.begin() as conn:
-                conn.execute(workflow_runs.insert().values(**run))
+                conn.execute(workflow_runs.insert().values(created_ns=time.time_ns(), **run))
         except IntegrityError:
             raise Conflict(f"run id {run['run_id']!r} is already taken") from None
 
@@ -43,6 +44,7 @@ class Journal:
 
     def list_runs(self, state: str | None, limit: int) -> list[Row]:
         query = sa.select(workflow_runs).order_by(workflow_runs.c.started_at.desc(),
+                                                  workflow_runs.c.created_ns.desc(),
                                                   workflow_runs.c.run_id.desc()).limit(limit)
         if state is not None:
             query = query.where(workflow_runs.c.state == state)

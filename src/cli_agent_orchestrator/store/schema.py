@@ -75,6 +75,8 @@ workflow_runs = sa.Table(
     sa.Column("drives", sa.Integer, nullable=False, server_default="1"),
     sa.Column("started_at", sa.String(24), nullable=False),
     sa.Column("finished_at", sa.String(24)),
+    # Orders runs started within the same second (started_at has second precision).
+    sa.Column("created_ns", sa.BigInteger, nullable=False, server_default="0"),
 )
 
 workflow_steps = sa.Table(
