@@ -446,3 +446,28 @@ def test_runs_list_newest_first_within_one_second(wf):
     ids = [wf.run_ok(name)["run_id"] for _ in range(4)]
     listed = [r["run_id"] for r in wf.client.get("/workflows/runs", params={"limit": 4}).json()]
     assert listed == ids[::-1]
+
+
+def test_compare_and_diagnostics(wf):
+    name = wf.write("comparable.py", """
+        import os
+        from cao_workflow import run_step, emit_output, get_inputs
+        INPUTS = {"topic": {"type": "string"}, "api_token": {"type": "string", "default": "t0ps3cret"}}
+        a = run_step("mock_cli", "reviewer", "shared step")
+        b = run_step("mock_cli", "reviewer", "about " + get_inputs()["topic"], step_id="topic-" + get_inputs()["topic"])
+        emit_output([a.output, b.output])
+    """)
+    one = wf.run_ok(name, {"topic": "x"})["run_id"]
+    two = wf.run_ok(name, {"topic": "y"})["run_id"]
+    report = wf.client.get(f"/workflows/runs/{one}/compare", params={"against": two}).json()
+    assert report["baseline_run_id"] == one and report["compare_run_id"] == two and report["same_source"]
+    assert [(r["step_id"], r["status"]) for r in report["steps"]] == [
+        ("call-1", "aligned"), ("topic-x", "removed"), ("topic-y", "added")]
+    assert [d["step_id"] for d in report["output_diffs"]] == [None]  # aligned outputs equal; run outputs differ
+    assert wf.client.get(f"/workflows/runs/{one}/compare", params={"against": "run-0000000000000000"}).status_code == 404
+    diag = wf.client.get(f"/workflows/runs/{one}/diagnostics").json()
+    assert diag["inputs"] == {"topic": "x", "api_token": "[masked]"}
+    assert "t0ps3cret" not in json.dumps(diag)
+    assert diag["spec"]["content_hash"] and [s["id"] for s in diag["steps"]] == ["call-1", "topic-x"]
+    assert diag["events"][0]["type"] == "run.started" and diag["events"][-1]["type"] == "run.completed"
+    assert wf.client.get("/workflows/runs/run-0000000000000000/diagnostics").status_code == 404

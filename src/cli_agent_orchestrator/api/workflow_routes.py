@@ -128,6 +128,18 @@ async def run_wait(request: Request, run_id: RunId,
     return {"finished": finished, **await svc.status(run_id)}
 
 
+@router.get("/runs/{run_id}/compare")
+async def run_compare(request: Request, run_id: RunId, against: Annotated[str, Query(max_length=64)]) -> dict:
+    """This run (the baseline) next to run `against`, step by step."""
+    return await service(request).compare(run_id, against)
+
+
+@router.get("/runs/{run_id}/diagnostics")
+async def run_diagnostics(request: Request, run_id: RunId) -> dict:
+    """Everything about one run worth attaching to a bug report (credential-like inputs masked)."""
+    return await service(request).diagnostics(run_id)
+
+
 @router.post("/runs/{run_id}/cancel")
 async def run_cancel(request: Request, run_id: RunId) -> dict:
     await service(request).cancel(run_id)

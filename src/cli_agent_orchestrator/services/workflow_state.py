@@ -16,7 +16,6 @@ from ..store import Store
 
 # Event types that close a drive; waiters and followers stop on them.
 FINAL_EVENTS = frozenset({"run.completed", "run.failed", "run.cancelled", "run.interrupted"})
-FINAL_STATES = frozenset({"completed", "failed", "cancelled"})
 
 
 @dataclass

@@ -25,8 +25,9 @@ from ..workflows.lint import lint_script
 from ..workflows.runner import ScriptProcess, kill_orphan, script_env
 from ..workflows.specs import SpecDirectory, SpecFile, check_name, content_hash
 from .terminals import TerminalService
+from . import workflow_reports
 from .workflow_catalog import WorkflowCatalog
-from .workflow_state import FINAL_STATES, Drive, RunRegistry, Timeline
+from .workflow_state import Drive, RunRegistry, Timeline
 from .workflow_yaml import YamlDriver
 
 log = logging.getLogger(__name__)
@@ -310,6 +311,18 @@ class WorkflowService:
             out["failure_envelope"] = _failure_envelope(run, steps)
         return out
 
+    async def compare(self, run_id: str, against: str) -> dict:
+        base, other = await self.get_run(run_id), await self.get_run(against)
+        base_steps = await self.store.run(self.journal.list_steps, run_id)
+        other_steps = await self.store.run(self.journal.list_steps, against)
+        return workflow_reports.compare(base, base_steps, other, other_steps)
+
+    async def diagnostics(self, run_id: str) -> dict:
+        run = await self.get_run(run_id)
+        steps = await self.store.run(self.journal.list_steps, run_id)
+        events = await self.store.run(self.journal.events, run_id, 0, 100000)
+        return workflow_reports.diagnostics(run, steps, events)
+
     async def list_runs(self, state: str | None, limit: int) -> list[dict]:
         if state is not None and state not in RUN_STATES:
             raise InvalidInput(f"invalid state {state!r}: use one of {', '.join(RUN_STATES)}")
@@ -331,15 +344,16 @@ class WorkflowService:
             snapshot_dir.rmdir()
 
     async def wait_finished(self, run_id: str, timeout: float) -> bool:
-        """Wait until the run's current drive ends (its `done` event, no polling); True if
-        the run is then in a final state, False on timeout."""
+        """Wait until nothing drives the run any more (the drive's `done` event, no polling);
+        False on timeout. A run found without a drive is finished: nothing will change it
+        until someone resumes it."""
         loop = asyncio.get_running_loop()
         deadline = loop.time() + timeout
         await self.get_run(run_id)  # 404 for an unknown run
         while True:
             drive = self.registry.drives.get(run_id)
             if drive is None:
-                return (await self.get_run(run_id))["state"] in FINAL_STATES
+                return True
             try:
                 await asyncio.wait_for(drive.done.wait(), max(0.0, deadline - loop.time()))
             except asyncio.TimeoutError:

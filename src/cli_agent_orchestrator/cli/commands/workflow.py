@@ -296,8 +296,6 @@ def wait(run_id: str, timeout: float | None, as_json: bool) -> None:
             data = api.get(path, params={"timeout": round(left, 3)}, timeout=left + 30)
             if data["finished"] or (deadline is not None and time.monotonic() >= deadline):
                 break
-            if not data.get("driving"):
-                time.sleep(1.0)  # not driven yet (or any more): the long-poll answers at once
     if as_json:
         print_json(data)
     elif data["finished"]:
