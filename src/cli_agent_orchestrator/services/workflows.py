@@ -162,7 +162,7 @@ class WorkflowService:
     async def _finish(self, drive: Drive, state: str, kind: str | None, output: str | None = None,
                       warnings: list[str] | None = None) -> None:
         run = await self.store.run(self.journal.get_run, drive.run_id)
-        if run is None or run["state"] != "running" or run["generation"] < drive.generation:
+        if run is None or run["state"] != "running":  # cancelled (or deleted) meanwhile
             return
         all_warnings = list(run["warnings"] or []) + list(warnings or [])
         await self.store.run(lambda: self.journal.update_run(
