@@ -33,8 +33,10 @@ pytestmark = pytest.mark.skipif(shutil.which("tmux") is None, reason="tmux not i
 
 PACKAGE, VERSION = "@openai/codex", "0.171.0"
 HELLO = "Hello from the scripted model."
+LONG_MARKDOWN = "A long answer line that the terminal has to wrap. " * 6 + "END.\n\n**bold** and `code`"
 RULES = [
     {"match": "say hello", "reply": HELLO},
+    {"match": "answer at length", "reply": LONG_MARKDOWN},
     {"match": "greet the boss", "reply": "Hi boss, codex here."},
     {"match": "print the marker", "steps": [{"tool": "shell", "args": {"command": "echo marker-42"}},
                                             {"text": "The command printed the marker."}]},
@@ -152,6 +154,25 @@ def test_back_to_back_turns_each_get_their_own_reply(env: Env):
             assert resp.status_code == 200, resp.text
             assert resp.json()["last_message"] == reply, (prompt, resp.json())
         assert terminal(env, tid)["status_source"] == "hook:Stop"
+    finally:
+        delete_session(env, term)
+
+
+def test_last_reply_is_the_exact_text_from_the_stop_hook(env: Env):
+    """The screen wraps long lines and renders markdown; Codex's Stop hook carries the
+    answer as the model wrote it, and that is what `mode=last` returns."""
+    term = create(env)
+    tid = term["id"]
+    try:
+        resp = env.cao.client.post("/terminals/run-step", json={
+            "agent": "codex_dev", "prompt": "please answer at length", "reuse_terminal_id": tid, "timeout": 60},
+            timeout=90)
+        assert resp.status_code == 200, resp.text
+        assert resp.json()["last_message"] == LONG_MARKDOWN
+        assert last_reply(env, tid) == LONG_MARKDOWN
+        env.cao.send(tid, "please say hello")  # the next turn replaces it
+        env.cao.wait_status(tid, "completed", timeout=60)
+        wait_until(lambda: last_reply(env, tid) == HELLO, 10, message="the new turn's reply")
     finally:
         delete_session(env, term)
 

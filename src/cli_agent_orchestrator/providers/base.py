@@ -72,6 +72,16 @@ def no_dialog_keys(screen: Screen, answer: str) -> Sequence[str] | None:
     return None
 
 
+def no_hook_reply(event: str, payload: dict) -> str | None:
+    return None
+
+
+def stop_hook_message(event: str, payload: dict) -> str | None:
+    """`last_assistant_message` of a `Stop` hook (Claude Code, Codex), when it has text."""
+    text = payload.get("last_assistant_message") if event == "Stop" else None
+    return text if isinstance(text, str) and text.strip() else None
+
+
 @dataclass(frozen=True)
 class Provider:
     name: str
@@ -95,6 +105,9 @@ class Provider:
     # While waiting_user_answer: the keys that give `answer` to the dialog on the
     # screen (menus that ignore pasted text), or None to paste the answer as text.
     dialog_keys: Callable[[Screen, str], Sequence[str] | None] = no_dialog_keys
+    # The exact text of a turn's answer when the CLI's turn-end hook carries it: better
+    # than reading the screen (no wrapping, markdown kept). None → the screen is read.
+    reply_from_hook: Callable[[str, dict], str | None] = no_hook_reply
     # extract_reply gets history lines untrimmed (trailing blanks can be the only mark
     # that tells a reply from echoed text, as in opencode's inline mode).
     raw_history: bool = False

@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from ..models import TerminalStatus
-from .base import Launch, LaunchContext, Provider, Screen, StatusReading
+from .base import Launch, LaunchContext, Provider, Screen, StatusReading, stop_hook_message
 from .common import MCP_SERVER_NAME, hook_argv, mcp_server, terminal_dir
 
 HOOK_EVENTS = ("SessionStart", "UserPromptSubmit", "Stop", "StopFailure")
@@ -292,5 +292,6 @@ PROVIDER = Provider(
     # Claude queues a message typed during a turn and runs it next.
     accepts_input_while_busy=True,
     status_from_hook=status_from_hook,
+    reply_from_hook=stop_hook_message,
     dialog_keys=dialog_keys,
 )

@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from ..models import TerminalStatus
-from .base import Launch, LaunchContext, Provider, Screen, StatusReading
+from .base import Launch, LaunchContext, Provider, Screen, StatusReading, stop_hook_message
 from .common import MCP_SERVER_NAME, hook_argv, mcp_server, terminal_dir
 
 MODEL_PROVIDER = "cao_openai"  # defined per terminal when the server env names OPENAI_BASE_URL
@@ -311,5 +311,6 @@ PROVIDER = Provider(
     startup_timeout=60.0,
     accepts_input_while_busy=False,
     status_from_hook=status_from_hook,
+    reply_from_hook=stop_hook_message,
     dialog_keys=dialog_keys,
 )

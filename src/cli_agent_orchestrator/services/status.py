@@ -51,6 +51,7 @@ class _Watched:
     status_at_submit: TerminalStatus = TerminalStatus.UNKNOWN
     upper_at_submit: tuple[str, ...] = ()
     hooks_seen: bool = False  # the CLI reports its own turns; the screen then only sees dialogs and errors
+    hook_reply: str | None = None  # the current turn's answer as the CLI's turn-end hook gave it
 
 
 class StatusMonitor:
@@ -102,6 +103,11 @@ class StatusMonitor:
     def provider_of(self, terminal_id: str) -> Provider | None:
         term = self._terms.get(terminal_id)
         return term.provider if term else None
+
+    def hook_reply(self, terminal_id: str) -> str | None:
+        """The last turn's answer as the CLI's own hook reported it, if it did."""
+        term = self._terms.get(terminal_id)
+        return term.hook_reply if term is not None else None
 
     def exited(self, terminal_id: str) -> bool:
         term = self._terms.get(terminal_id)
@@ -163,6 +169,8 @@ class StatusMonitor:
     async def on_input(self, event: Event) -> None:
         assert isinstance(event, InputSubmitted)
         term = self._terms.get(event.terminal_id)
+        if term is not None:
+            term.hook_reply = None  # a new turn: the last hook's answer is the previous one's
         if term is not None and term.exited:
             # Typed into a pane whose agent already died (the death was seen first):
             # that turn can only end in error, and nothing on screen will say so.
@@ -281,6 +289,9 @@ class StatusMonitor:
             # A turn is pending and this is the end of the previous one (a message queued
             # during a turn): only a busy signal can settle the new turn.
             return None
+        text = term.provider.reply_from_hook(event, payload)
+        if text is not None:
+            term.hook_reply = text
         await self.set_external(terminal_id, reading.status, f"hook:{event}", reading.reason)
         return reading.status
 

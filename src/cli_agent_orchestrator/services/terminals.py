@@ -276,6 +276,8 @@ class TerminalService:
 
     async def output(self, terminal_id: str, mode: str) -> str:
         term = await self.get(terminal_id)
+        if mode == "last" and (hooked := self.monitor.hook_reply(terminal_id)) is not None:
+            return hooked  # exact text from the CLI itself; the screen has it wrapped
         text = await self.history(terminal_id)
         if mode == "full":
             return text
