@@ -142,6 +142,12 @@ class EventBus:
             if topic_matches(sub.pattern, topic):
                 sub.offer(event)
 
+    def record_failure(self, consumer: str, topic: str, exc: BaseException) -> None:
+        """A consumer's own task failed on something: keep it where /diagnostics shows it."""
+        failure = ConsumerFailed(consumer, topic, f"{type(exc).__name__}: {exc}")
+        self.failures.append(failure)
+        self._dispatch(failure)
+
     def stats(self) -> list[dict]:
         return [{"name": s.name, "pattern": s.pattern, "queued": len(s.queue), "dropped": s.dropped}
                 for s in self._subs]
@@ -160,7 +166,7 @@ class EventBus:
                 raise
             except Exception as exc:  # a consumer failure must not stop the others
                 log.exception("event bus: consumer %s failed on %s", sub.name, event.topic)
-                failure = ConsumerFailed(sub.name, event.topic, f"{type(exc).__name__}: {exc}")
-                self.failures.append(failure)
-                if not isinstance(event, ConsumerFailed):
-                    self._dispatch(failure)
+                if isinstance(event, ConsumerFailed):
+                    self.failures.append(ConsumerFailed(sub.name, event.topic, f"{type(exc).__name__}: {exc}"))
+                else:
+                    self.record_failure(sub.name, event.topic, exc)

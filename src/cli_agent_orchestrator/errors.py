@@ -18,12 +18,26 @@ class InvalidInput(CaoError):
     http_status = 400
 
 
+class Forbidden(CaoError):
+    http_status = 403
+
+
 class NotFound(CaoError):
     http_status = 404
 
 
 class Conflict(CaoError):
     http_status = 409
+
+
+class AgentExited(Conflict):
+    """Input for an agent whose process has ended (its pane is dead or gone)."""
+
+
+class StoreBusy(CaoError):
+    """The database stayed locked (another process holds it) past cao's retry bound."""
+
+    http_status = 503
 
 
 class Unprocessable(CaoError):

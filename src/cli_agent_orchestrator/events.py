@@ -101,13 +101,28 @@ class TerminalResized(Event):
 
 @dataclass(frozen=True)
 class TerminalRemoved(Event):
-    """cao deleted the terminal (scrollback saved)."""
+    """The terminal is no longer cao's to drive: deleted (scrollback saved), or gone
+    with its window or its whole tmux server (`reason` says which)."""
 
     terminal_id: str
+    reason: str = ""
 
     @property
     def topic(self) -> str:
         return f"terminal.{self.terminal_id}.removed"
+
+
+@dataclass(frozen=True)
+class BackendLost(Event):
+    """The terminal backend's server ended (e.g. the tmux server was killed): every
+    agent it ran is gone. A new server starts with the next terminal."""
+
+    backend: str
+    reason: str
+
+    @property
+    def topic(self) -> str:
+        return f"backend.{self.backend}.lost"
 
 
 @dataclass(frozen=True)

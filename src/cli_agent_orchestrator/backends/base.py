@@ -26,21 +26,27 @@ class WindowInfo:
     exit_code: int | None
     width: int
     height: int
+    tag: str = ""  # set by create_window(tag=…), e.g. to find a restored window again
 
 
 class TerminalBackend(Protocol):
     name: str
 
     async def start(self) -> None:
-        """Connect the output source (idempotent)."""
+        """Connect the output source (idempotent); starts a new server after a lost one."""
 
     async def stop(self) -> None: ...
 
+    def health(self) -> dict:
+        """`{"status": "ok"}`, or `{"status": "down", "reason": …}` after the server was lost
+        (the backend then publishes BackendLost)."""
+
     async def create_window(self, terminal_id: str, session_name: str, window_name: str,
                             working_directory: str, command: str, new_session: bool,
-                            watch: bool = True) -> WindowRef:
-        """Start `command` (a shell line) in a new window; with `watch`, publish its
-        output from the first byte."""
+                            watch: bool = True, tag: str | None = None) -> WindowRef:
+        """Start `command` (a shell line of cao's own making) in a new window; with `watch`,
+        publish its output from the first byte. Names and the directory are taken
+        literally, never as backend syntax. A failed creation leaves nothing behind."""
 
     async def watch(self, terminal_id: str, window_id: str) -> WindowRef | None:
         """Re-attach the output source to an existing window (after a restart)."""
@@ -51,11 +57,17 @@ class TerminalBackend(Protocol):
         """Have the output source publish a ScreenSnapshot of the pane, in stream order."""
 
     async def paste(self, window_id: str, text: str) -> None:
-        """Insert text as one bracketed paste (the caller has neutralised controls)."""
+        """Insert text as one bracketed paste (the caller has neutralised controls).
+        Raises AgentExited, decided atomically, when the pane's process is gone."""
 
-    async def send_keys(self, window_id: str, keys: list[str]) -> None: ...
+    async def send_keys(self, window_id: str, keys: list[str]) -> None:
+        """Press named keys; raises AgentExited like `paste`."""
 
-    async def capture(self, window_id: str, *, history: bool = False, escapes: bool = False) -> str: ...
+    async def capture(self, window_id: str, *, history: bool = False, escapes: bool = False,
+                      start: int | None = None) -> str: ...
+
+    async def position(self, window_id: str) -> tuple[int, int] | None:
+        """(history size, cursor row): the absolute line where typed text lands next."""
 
     async def current_path(self, window_id: str) -> str | None: ...
 

@@ -38,10 +38,13 @@ import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable
+from typing import TYPE_CHECKING, Callable
 
 from ..bus import EventBus
 from ..events import ScreenSnapshot, TerminalExited, TerminalOutput
+
+if TYPE_CHECKING:
+    from .tmux_control import PaneMap
 
 log = logging.getLogger(__name__)
 
@@ -134,8 +137,9 @@ class _FifoReader:
     """One terminal: FIFO bytes → TerminalOutput, end of the pane → TerminalExited."""
 
     def __init__(self, tmux: _Tmux, bus: EventBus, terminal_id: str, pane_id: str, path: Path,
-                 piped: bool):
+                 piped: bool, on_window_gone: Callable[[], None] | None = None):
         self.tmux = tmux
+        self.on_window_gone = on_window_gone
         self.bus = bus
         self.terminal_id = terminal_id
         self.pane_id = pane_id
@@ -358,6 +362,8 @@ class _FifoReader:
         if not self._exited:
             self._exited = True
             self.bus.publish(TerminalExited(self.terminal_id, exit_code=code, window_gone=window_gone))
+            if window_gone and self.on_window_gone is not None:
+                self.on_window_gone()
 
     def _pane_state(self) -> _PaneState | None:
         """The pane as tmux sees it now, or None when it no longer exists."""
@@ -416,17 +422,35 @@ def _pid_alive(pid: int) -> bool:
 
 class PipePaneSource:
     """The output side of ControlClient (start/stop/alive/watch/unwatch/
-    request_snapshot), over pipe-pane and FIFOs. It offers no `command`."""
+    request_snapshot), over pipe-pane and FIFOs. It offers no `command`.
 
-    def __init__(self, tmux_argv: list[str], fifo_dir: Path, bus: EventBus):
+    `on_lost(reason)` is called (on the loop) when a window vanishes and the tmux server
+    turns out to be gone with it."""
+
+    def __init__(self, tmux_argv: list[str], fifo_dir: Path, bus: EventBus, panes: "PaneMap",
+                 on_lost: Callable[[str], None] | None = None):
         self.tmux = _Tmux(tmux_argv)
         self.fifo_dir = fifo_dir
         self.bus = bus
+        self.panes = panes
+        self.on_lost = on_lost
         self._readers: dict[str, _FifoReader] = {}
         self._prepared: set[str] = set()  # FIFOs made for a window being created
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._lost = False
         self.alive = False
 
+    def window_gone(self) -> None:
+        """From a reader thread: a window vanished. If the whole server went with it, say so."""
+        ok, _ = self.tmux("list-sessions", "-F", "x")
+        if ok or self._lost or self._loop is None or self.on_lost is None:
+            return
+        self._lost = True
+        self.alive = False
+        self._loop.call_soon_threadsafe(self.on_lost, "the tmux server is no longer running")
+
     async def start(self) -> None:
+        self._loop = asyncio.get_running_loop()
         self.fifo_dir.mkdir(parents=True, exist_ok=True)
         os.chmod(self.fifo_dir, 0o700)
         # FIFOs left by a killed server: nobody reads them; watch() makes new ones.
@@ -455,7 +479,6 @@ class PipePaneSource:
         return ["pipe-pane", "-O", "-t", target, pipe_command(path)]
 
     def watch(self, pane_id: str, terminal_id: str, window_id: str) -> None:
-        del window_id  # windows matter to the control client only (window-close events)
         old = self._readers.pop(terminal_id, None)
         if old is not None:
             old.stop(close_pipe=False)  # the new reader replaces the pipe itself
@@ -463,11 +486,14 @@ class PipePaneSource:
         self._prepared.discard(terminal_id)
         if not piped:
             fresh_fifo(self.fifo_path(terminal_id))
-        reader = _FifoReader(self.tmux, self.bus, terminal_id, pane_id, self.fifo_path(terminal_id), piped)
+        reader = _FifoReader(self.tmux, self.bus, terminal_id, pane_id, self.fifo_path(terminal_id), piped,
+                             on_window_gone=self.window_gone)
+        self.panes.add(terminal_id, pane_id, window_id)
         self._readers[terminal_id] = reader
         reader.start()
 
     def unwatch(self, terminal_id: str) -> None:
+        self.panes.remove(terminal_id)
         reader = self._readers.pop(terminal_id, None)
         if reader is not None:
             reader.stop(close_pipe=True)  # the reader removes its FIFO as it ends

@@ -1,0 +1,195 @@
+"""The tmux adapter against a real tmux server of its own: replies stay matched to their
+commands after failures, a desynced or stalled control channel is detected and
+reconnected, a dead pane never receives a paste, and nothing a caller supplies is read
+as tmux syntax."""
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from cli_agent_orchestrator.backends.tmux import TmuxBackend
+from cli_agent_orchestrator.bus import EventBus
+from cli_agent_orchestrator.errors import AgentExited
+from cli_agent_orchestrator.events import BackendLost, TerminalOutput
+
+
+@pytest.fixture
+def tmux_env(tmp_path: Path, monkeypatch):
+    """A private TMUX_TMPDIR: the backend's server lives and dies inside the test."""
+    tmpdir = tmp_path / "tmux"
+    tmpdir.mkdir()
+    monkeypatch.setenv("TMUX_TMPDIR", str(tmpdir))
+    monkeypatch.delenv("TMUX", raising=False)
+    socket = f"cao-chan-{os.getpid()}"
+    yield socket
+    subprocess.run(["tmux", "-L", socket, "kill-server"], capture_output=True)
+
+
+def run(coro):
+    return asyncio.run(asyncio.wait_for(coro, 60))
+
+
+async def _backend(socket: str, **kwargs) -> tuple[TmuxBackend, EventBus]:
+    bus = EventBus()
+    bus.start()
+    backend = TmuxBackend(socket, bus, **kwargs)
+    await backend.start()
+    return backend, bus
+
+
+def test_a_failing_command_in_a_list_leaves_every_later_reply_with_its_caller(tmux_env):
+    async def scenario():
+        backend, _ = await _backend(tmux_env)
+        try:
+            # tmux stops this list at the first command and sends ONE %error block for it.
+            failed = await backend.run_reply("new-window", "-t", "nosuch:", ";", "display-message", "-p", "x")
+            assert not failed.ok and "nosuch" in failed.error
+            also = await backend.run_reply("display-message", "-p", "a", ";", "new-window", "-t", "nope:", ";",
+                                           "display-message", "-p", "never")
+            assert not also.ok and also.blocks == [["a"]]
+            # The next hundred replies, sent concurrently, each reach the command that asked.
+            replies = await asyncio.gather(*(backend.run_reply("display-message", "-p", f"reply-{i}")
+                                             for i in range(100)))
+            assert [r.text for r in replies] == [f"reply-{i}" for i in range(100)]
+            # if-shell adds a block for the command it runs: still matched by the frame.
+            both = await backend.run_reply("if-shell", "-F", "1", "display-message -p inner", "", ";",
+                                           "display-message", "-p", "outer")
+            assert both.ok and both.text.split() == ["inner", "outer"]
+            assert backend._source.alive
+        finally:
+            await backend.stop()
+    run(scenario())
+
+
+def test_a_reply_nobody_asked_for_is_a_desync_and_the_channel_reconnects(tmux_env, tmp_path):
+    async def scenario():
+        backend, bus = await _backend(tmux_env)
+        stream = bus.open_stream("test", "terminal.#")
+        try:
+            ref = await backend.create_window("0123abcd", "cao-chan", "w-0001", str(tmp_path),
+                                              "exec cat", new_session=True)
+            first = backend._source
+            # A command written around the framing: its reply belongs to nobody.
+            first.proc.stdin.write(b"display-message -p rogue\n")
+            await _until(lambda: backend._source is not first and backend._source is not None
+                         and backend._source.alive)
+            assert (await backend.run_reply("display-message", "-p", "after")).text == "after"
+            # The pane is still watched through the new client: its output reaches the bus.
+            await backend.paste(ref.window_id, "still-read\n")
+            seen = b""
+            while b"still-read" not in seen:
+                event = await bus.next_event(stream, 10)
+                assert event is not None, "output of the re-watched pane never arrived"
+                if isinstance(event, TerminalOutput):
+                    seen += event.data
+            assert backend.health() == {"status": "ok"}
+        finally:
+            await backend.stop()
+    run(scenario())
+
+
+def test_a_stalled_channel_is_detected_and_replaced(tmux_env):
+    async def scenario():
+        backend, _ = await _backend(tmux_env, stall_s=1.0)
+        server = int((await backend.run("display-message", "-p", "#{pid}")).strip())
+        try:
+            first = backend._source
+            # tmux writes a control client's replies itself: stopping the server stalls them.
+            os.kill(server, signal.SIGSTOP)
+            await _until(lambda: "T (stopped)" in Path(f"/proc/{server}/status").read_text())
+            stalled = await backend.run_reply("display-message", "-p", "lost")
+            assert not stalled.ok and "did not answer" in stalled.error
+            os.kill(server, signal.SIGCONT)
+            await _until(lambda: backend._source is not first and backend._source is not None
+                         and backend._source.alive, timeout=30)
+            assert (await backend.run_reply("display-message", "-p", "again")).text == "again"
+        finally:
+            os.kill(server, signal.SIGCONT)
+            await backend.stop()
+    run(scenario())
+
+
+def test_a_killed_tmux_server_is_reported_and_a_new_one_starts_on_demand(tmux_env, tmp_path):
+    async def scenario():
+        backend, bus = await _backend(tmux_env)
+        lost = bus.open_stream("lost", "backend.#")
+        try:
+            await backend.create_window("0123abcd", "cao-chan", "w-0001", str(tmp_path), "exec cat", True)
+            pid = int((await backend.run("display-message", "-p", "#{pid}")).strip())
+            os.kill(pid, signal.SIGKILL)
+            event = await bus.next_event(lost, 10)
+            assert isinstance(event, BackendLost) and "ended" in event.reason
+            assert backend.health()["status"] == "down"
+            await backend.create_window("4567cdef", "cao-chan2", "w-0002", str(tmp_path), "exec cat", True)
+            assert backend.health() == {"status": "ok"}
+        finally:
+            await backend.stop()
+    run(scenario())
+
+
+def test_paste_and_keys_never_reach_a_dead_pane_and_tmux_survives(tmux_env, tmp_path):
+    async def scenario():
+        backend, _ = await _backend(tmux_env)
+        try:
+            live = await backend.create_window("0123abcd", "cao-chan", "w-0001", str(tmp_path), "exec cat", True)
+            dead = await backend.create_window("4567cdef", "cao-chan", "w-0002", str(tmp_path), "exit 3", False)
+            await _until_async(lambda: _dead(backend, dead.window_id))
+            for _ in range(3):  # tmux 3.3a dies on the first paste into a dead pane
+                with pytest.raises(AgentExited):
+                    await backend.paste(dead.window_id, "/exit")
+                with pytest.raises(AgentExited):
+                    await backend.send_keys(dead.window_id, ["Enter"])
+            await backend.paste(live.window_id, "alive\n")
+            assert await backend.server_running()
+            assert "cao-" not in await backend.run("list-buffers", "-F", "#{buffer_name}")  # no buffer left
+            with pytest.raises(AgentExited):
+                await backend.paste("@999", "nowhere")
+        finally:
+            await backend.stop()
+    run(scenario())
+
+
+def test_names_and_directories_are_literal_for_tmux(tmux_env, tmp_path, monkeypatch):
+    marker = tmp_path / "pwned"
+    monkeypatch.setenv("CAO_TEST_MARKER", str(marker))  # the tmux server's shell would expand it
+
+    async def scenario():
+        backend, _ = await _backend(tmux_env)
+        workdir = tmp_path / "d#(touch $CAO_TEST_MARKER)#{pane_id}"
+        workdir.mkdir()
+        try:
+            ref = await backend.create_window("0123abcd", "cao-chan", "w-0001", str(workdir), "exec cat", True)
+            await _until_async(lambda: _path_is(backend, ref.window_id, str(workdir)))
+            assert not marker.exists()
+        finally:
+            await backend.stop()
+    run(scenario())
+
+
+async def _dead(backend: TmuxBackend, window_id: str) -> bool:
+    return any(w.window_id == window_id and w.dead for w in await backend.list_windows())
+
+
+async def _path_is(backend: TmuxBackend, window_id: str, path: str) -> bool:
+    return await backend.current_path(window_id) == path
+
+
+async def _until(predicate, timeout: float = 10.0) -> None:
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + timeout
+    while not predicate():
+        assert loop.time() < deadline, "condition not reached"
+        await asyncio.sleep(0.02)
+
+
+async def _until_async(predicate, timeout: float = 10.0) -> None:
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + timeout
+    while not await predicate():
+        assert loop.time() < deadline, "condition not reached"
+        await asyncio.sleep(0.05)
