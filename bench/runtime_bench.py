@@ -1,11 +1,13 @@
 #!/usr/bin/env python3
 """Runtime-core benchmark: spawn → IDLE, turn overhead, output → status-event
-latency, and server CPU/RSS with many idle terminals.
+latency, another agent's turn while one agent floods output, and server CPU/RSS
+with many idle terminals.
 
 Starts its own cao-server (temporary home, free port, own tmux socket), drives
 mock agents, prints a table and writes JSON to bench/results/runtime.json.
 
     python bench/runtime_bench.py [--spawns 10] [--turns 20] [--think-ms 200] [--idle 20,50]
+                                  [--flood-lines 200000]
 """
 from __future__ import annotations
 
@@ -36,6 +38,7 @@ def main() -> int:
     ap.add_argument("--think-ms", type=int, default=200)
     ap.add_argument("--idle", default="20,50")
     ap.add_argument("--idle-seconds", type=float, default=10.0)
+    ap.add_argument("--flood-lines", type=int, default=200_000, help="0 skips the flood measure")
     args = ap.parse_args()
     results: dict = {"machine": {"cpus": os.cpu_count(), "python": sys.version.split()[0]}}
 
@@ -65,6 +68,8 @@ def main() -> int:
         for i in range(args.turns):
             server.drain()
             server.tmux("send-keys", "-t", target, "-l", f"ping {i}")
+            if i:  # typed text ends the previous "completed": wait until cao has seen it
+                server.wait_event(other["id"], "idle")
             server.drain()
             t0 = time.perf_counter()
             server.tmux("send-keys", "-t", target, "Enter")
@@ -73,6 +78,9 @@ def main() -> int:
         results["output_to_status_event_ms"] = [round(x, 1) for x in latencies]
 
         proc = psutil.Process(server.proc.pid)
+        if args.flood_lines:
+            results["flood"] = flood(server, other, proc, args.flood_lines, args.think_ms)
+
         have = len(spawns)
         for target_count in sorted(int(x) for x in args.idle.split(",")):
             while have < target_count:
@@ -96,12 +104,47 @@ def main() -> int:
     rows = [("spawn → IDLE, median ms", med("spawn_to_idle_ms"), "< 300"),
             (f"turn overhead (think {args.think_ms} ms subtracted), median ms", med("turn_overhead_ms"), "< 50"),
             ("output → status event, median ms", med("output_to_status_event_ms"), "< 50")]
+    if "flood" in results:
+        f = results["flood"]
+        rows += [(f"another agent's turn, quiet, median ms (think {args.think_ms} ms)", f["quiet_median_ms"], ""),
+                 (f"... during a {args.flood_lines}-line flood, median ms", f["flood_median_ms"], "< 2× quiet"),
+                 ("... during the flood, worst ms", f["flood_max_ms"], ""),
+                 ("flood duration s / server CPU s during it", f["flood_seconds"], f"{f['server_cpu_seconds']} CPU s")]
     for key in sorted(k for k in results if k.startswith("idle_")):
         rows.append((f"{key.split('_')[1]} idle terminals: server CPU % of one core",
                      results[key]["server_cpu_percent_of_one_core"], "< 2"))
         rows.append((f"{key.split('_')[1]} idle terminals: server RSS MB", results[key]["server_rss_mb"], ""))
     report(rows, results, "runtime")
     return 0
+
+
+def flood(server: Server, flooder: dict, proc: psutil.Process, lines: int, think_ms: int) -> dict:
+    """Another agent's turn latency (input → completed event), quiet and while `flooder`
+    prints `lines` lines."""
+    quiet_agent = spawn(server)[1]
+
+    def turn(i: int) -> float:
+        server.drain()
+        t0 = time.perf_counter()
+        server.http.post(f"/terminals/{quiet_agent['id']}/input", json={"message": f"turn {i}"}).raise_for_status()
+        return (server.wait_event(quiet_agent["id"], "completed", timeout=120) - t0) * 1000
+
+    quiet = [turn(i) for i in range(10)]
+    cpu0 = proc.cpu_times()
+    t0 = time.perf_counter()
+    server.http.post(f"/terminals/{flooder['id']}/input", json={"message": f"__mock_long_{lines}"}).raise_for_status()
+    during: list[float] = []
+    while not during or server.http.get(f"/terminals/{flooder['id']}").json()["status"] != "completed":
+        during.append(turn(1000 + len(during)))
+    while server.http.get(f"/terminals/{flooder['id']}").json()["status"] != "completed":
+        time.sleep(0.05)
+    seconds = time.perf_counter() - t0
+    cpu1 = proc.cpu_times()
+    return {"quiet_ms": [round(x, 1) for x in quiet], "flood_ms": [round(x, 1) for x in during],
+            "quiet_median_ms": round(statistics.median(quiet), 1),
+            "flood_median_ms": round(statistics.median(during), 1), "flood_max_ms": round(max(during), 1),
+            "flood_seconds": round(seconds, 2),
+            "server_cpu_seconds": round(cpu1.user - cpu0.user + cpu1.system - cpu0.system, 2)}
 
 
 if __name__ == "__main__":

@@ -62,6 +62,7 @@ class Runtime:
         await self.logs.flush()
         await self.backend.stop()
         await self.bus.stop()
+        await self.monitor.stop()
         self.store.close()
 
 
@@ -73,6 +74,7 @@ def consumer_table(rt: Runtime) -> list[tuple[str, str, Callable, Callable[[Even
         ("log-writer", "terminal.*.output", rt.logs.on_output, None),
         ("inbox.status", "terminal.*.status", rt.inbox.on_status, None),
         ("inbox.removed", "terminal.*.removed", rt.inbox.on_removed, None),
+        ("terminals.backend-lost", "backend.*.lost", rt.terminals.on_backend_lost, None),
     ]
 
 
@@ -84,14 +86,13 @@ def wire_consumers(rt: Runtime) -> None:
 def build_runtime(settings: Settings | None = None) -> Runtime:
     settings = settings or Settings.from_env()
     settings.ensure_dirs()
-    store = Store(settings.db_path)
+    store = Store(settings.db_path, busy_limit_s=settings.db_busy_timeout)
     bus = EventBus(settings.event_queue_size)
-    backend = TmuxBackend(settings.tmux_socket_name, bus)
-    monitor = StatusMonitor(bus, store)
+    backend = TmuxBackend(settings.tmux_socket_name, bus, settings.output_source, settings.fifo_dir)
+    monitor = StatusMonitor(bus, store, backend.request_snapshot)
     logs = LogWriter(settings.terminal_logs_dir)
     typing = InputService(backend, bus, monitor)
     terminals = TerminalService(settings, store, bus, backend, monitor, typing)
-    monitor.request_snapshot = backend.request_snapshot
     sessions = SessionService(backend, terminals)
     inbox = InboxService(settings, store, bus, terminals, monitor, typing)
     orchestration = OrchestrationService(bus, monitor, terminals, inbox)

@@ -44,7 +44,7 @@ REPLY_ECHO_LIMIT = 2000  # longer messages get a digest instead of an echo
 ESC_TIMEOUT = 0.05  # a lone ESC with nothing after it for this long is the Esc key
 STALE_ESCAPE = 0.5  # an unfinished escape sequence older than this is junk
 SPIN_INTERVAL = 0.1
-MAX_LONG_LINES = 100_000
+MAX_LONG_LINES = 1_000_000
 
 _SLEEP_RE = re.compile(r"__mock_sleep_(\d+(?:\.\d+)?)")
 _LONG_RE = re.compile(r"__mock_long_(\d+)")

@@ -100,13 +100,13 @@ class OrchestrationService:
         try:
             status = await wait_for(self.bus, self.monitor, terminal_id, turn_finished(turn),
                                     max(0.0, deadline - loop.time()))
-        except TerminalVanished:
-            raise WorkerError(f"worker {terminal_id} was deleted before it finished", terminal_id) from None
+        except TerminalVanished as gone:
+            raise WorkerError(f"worker {terminal_id} was removed before it finished ({gone})", terminal_id) from None
         if status is None:
             raise WaitTimeout(f"worker {terminal_id} did not finish within {timeout:.0f}s", terminal_id)
         if status == TerminalStatus.ERROR:
-            snap = self.monitor.snapshot(terminal_id)
-            raise WorkerError(f"worker {terminal_id} reached error: {snap[3] if snap else 'unknown'}", terminal_id)
+            view = self.monitor.view(terminal_id)
+            raise WorkerError(f"worker {terminal_id} reached error: {view.reason if view else 'unknown'}", terminal_id)
         if status == TerminalStatus.WAITING_USER_ANSWER:
             raise WorkerError(f"worker {terminal_id} is waiting for a user answer; nobody is there to give it",
                               terminal_id)

@@ -18,7 +18,7 @@ Predicate = Callable[[TerminalStatus, int, bool], bool]
 
 
 class TerminalVanished(Exception):
-    pass
+    """The terminal was removed while we waited; the message says why."""
 
 
 async def wait_for(bus: EventBus, monitor: StatusMonitor, terminal_id: str, predicate: Predicate,
@@ -28,21 +28,20 @@ async def wait_for(bus: EventBus, monitor: StatusMonitor, terminal_id: str, pred
     loop = asyncio.get_running_loop()
     deadline = loop.time() + timeout
     try:
-        snap = monitor.snapshot(terminal_id)
-        if snap is None:
-            raise TerminalVanished(terminal_id)
-        status, turn, settled, _ = snap
-        if predicate(status, turn, settled):
-            return status
+        view = monitor.view(terminal_id)
+        if view is None:
+            raise TerminalVanished("deleted")
+        if predicate(view.status, view.turn, view.settled):
+            return view.status
         while True:
             event = await bus.next_event(stream, deadline - loop.time())
             if event is None:
                 return None
             if isinstance(event, TerminalRemoved):
-                raise TerminalVanished(terminal_id)
+                raise TerminalVanished(event.reason or "deleted")
             if isinstance(event, StatusChanged):
-                snap = monitor.snapshot(terminal_id)
-                settled = snap[2] if snap else True
+                view = monitor.view(terminal_id)
+                settled = view.settled if view else True
                 if predicate(event.status, event.turn, settled):
                     return event.status
     finally:

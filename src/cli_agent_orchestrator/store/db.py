@@ -3,11 +3,18 @@
 All statements run on one dedicated thread, so SQLite sees a single writer and
 callers on the event loop never block on disk. Services publish the events a
 write produces only after `await store.run(...)` has returned, i.e. after commit.
+
+When another process holds the database locked, a statement waits BUSY_TIMEOUT_MS inside
+SQLite, then `run` retries it from the event loop (the store thread stays free for the
+statements that can go on) until BUSY_LIMIT_S, and then raises StoreBusy (HTTP 503 with
+the reason). Every store method is one transaction, so a retry never repeats a commit.
 """
 from __future__ import annotations
 
 import asyncio
+import logging
 import os
+import time
 from concurrent.futures import ThreadPoolExecutor
 from datetime import datetime, timezone
 from pathlib import Path
@@ -15,11 +22,28 @@ from typing import Any, Callable, TypeVar
 
 import sqlalchemy as sa
 
+from ..errors import StoreBusy
 from ..models import InboxMessage, MessageStatus, Terminal, TerminalStatus
 from .journal import Journal
 from .schema import inbox_messages, migrate, terminals
 
 T = TypeVar("T")
+log = logging.getLogger(__name__)
+
+# How long one statement waits for a lock inside SQLite before `run` takes over: short,
+# so that one blocked write does not hold the store thread for everyone else.
+BUSY_TIMEOUT_MS = 250
+# How long `run` keeps retrying a locked database before it answers StoreBusy.
+BUSY_LIMIT_S = 10.0
+RETRY_FIRST_S, RETRY_MAX_S = 0.05, 0.5
+# At start-up the schema must be readable: wait longer, there is nobody to answer yet.
+STARTUP_BUSY_LIMIT_S = 30.0
+
+
+def is_busy(exc: BaseException) -> bool:
+    """SQLite's "database is locked" / "busy" family: another connection holds a lock."""
+    text = str(getattr(exc, "orig", exc)).lower()
+    return isinstance(exc, sa.exc.OperationalError) and ("locked" in text or "busy" in text)
 
 
 def utc_now() -> str:
@@ -30,14 +54,16 @@ def _sqlite_pragmas(dbapi_conn: Any, _record: Any) -> None:
     cur = dbapi_conn.cursor()
     cur.execute("PRAGMA journal_mode=WAL")
     cur.execute("PRAGMA synchronous=NORMAL")  # WAL + NORMAL: durable across process crashes
-    cur.execute("PRAGMA busy_timeout=5000")
+    cur.execute(f"PRAGMA busy_timeout={BUSY_TIMEOUT_MS}")
     cur.execute("PRAGMA foreign_keys=ON")
     cur.close()
 
 
 class Store:
-    def __init__(self, url_or_path: str | Path):
+    def __init__(self, url_or_path: str | Path, busy_limit_s: float = BUSY_LIMIT_S):
         url = str(url_or_path)
+        self.where = url
+        self.busy_limit_s = busy_limit_s
         if "://" not in url:
             path = Path(url)
             path.parent.mkdir(parents=True, exist_ok=True)
@@ -49,21 +75,46 @@ class Store:
         if self.engine.dialect.name == "sqlite":
             sa.event.listen(self.engine, "connect", _sqlite_pragmas)
         self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="cao-store")
-        with self.engine.begin() as conn:
-            migrate(conn)
+        self._migrate()
         self.journal = Journal(self.engine)
 
+    def _migrate(self) -> None:
+        deadline = time.monotonic() + STARTUP_BUSY_LIMIT_S
+        while True:
+            try:
+                with self.engine.begin() as conn:
+                    migrate(conn)
+                return
+            except sa.exc.OperationalError as exc:
+                if not is_busy(exc) or time.monotonic() >= deadline:
+                    raise
+                log.warning("database %s is locked by another process; waiting to migrate it", self.where)
+                time.sleep(RETRY_MAX_S)  # start-up only: nothing else runs yet
+
     async def run(self, fn: Callable[..., T], *args: Any) -> T:
-        """Run a store method on the store thread."""
+        """Run a store method on the store thread; retry while the database is locked."""
         loop = asyncio.get_running_loop()
-        return await loop.run_in_executor(self._executor, fn, *args)
+        deadline = loop.time() + self.busy_limit_s
+        delay = RETRY_FIRST_S
+        while True:
+            try:
+                return await loop.run_in_executor(self._executor, fn, *args)
+            except sa.exc.OperationalError as exc:
+                if not is_busy(exc):
+                    raise
+                if loop.time() + delay >= deadline:
+                    raise StoreBusy(
+                        f"the database is locked by another process ({self.where}); cao retried for "
+                        f"{self.busy_limit_s:.0f}s. Nothing was changed; try again when it is released") from None
+                await asyncio.sleep(delay)  # back-off between retries, not synchronisation
+                delay = min(delay * 2, RETRY_MAX_S)
 
     def close(self) -> None:
         self._executor.shutdown(wait=True)
         self.engine.dispose()
 
     # --- terminals --------------------------------------------------------------
-    def add_terminal(self, term: Terminal, window_id: str | None) -> None:
+    def add_terminal(self, term: Terminal, window_id: str | None, hook_secret: str | None = None) -> None:
         now = utc_now()
         with self.engine.begin() as conn:
             conn.execute(terminals.insert().values(
@@ -71,12 +122,24 @@ class Store:
                 window_id=window_id, provider=term.provider, agent_profile=term.agent_profile,
                 working_directory=term.working_directory, caller_id=term.caller_id,
                 model=term.model, allowed_tools=term.allowed_tools, status=term.status.value,
-                created_at=now, last_active=now))
+                created_at=now, last_active=now, hook_secret=hook_secret))
+
+    def hook_secret(self, terminal_id: str) -> str | None:
+        with self.engine.connect() as conn:
+            return conn.execute(sa.select(terminals.c.hook_secret)
+                                .where(terminals.c.id == terminal_id, terminals.c.gone == sa.false())).scalar()
 
     def get_terminal(self, terminal_id: str) -> Terminal | None:
         with self.engine.connect() as conn:
             row = conn.execute(sa.select(terminals).where(terminals.c.id == terminal_id)).mappings().first()
         return _terminal(row) if row else None
+
+    def window_of(self, terminal_id: str) -> tuple[bool, str | None, str | None] | None:
+        """(gone, window id, status reason) of a terminal in one read, or None if unknown."""
+        with self.engine.connect() as conn:
+            row = conn.execute(sa.select(terminals.c.gone, terminals.c.window_id, terminals.c.status_reason)
+                               .where(terminals.c.id == terminal_id)).first()
+        return (bool(row.gone), row.window_id, row.status_reason) if row else None
 
     def window_id(self, terminal_id: str) -> str | None:
         with self.engine.connect() as conn:
@@ -105,10 +168,18 @@ class Store:
             return {r.id: r.window_id for r in rows if r.window_id}
 
     def set_status(self, terminal_id: str, status: TerminalStatus, source: str, reason: str) -> None:
+        self.set_statuses({terminal_id: (status, source, reason)})
+
+    def set_statuses(self, latest: dict[str, tuple[TerminalStatus, str, str]]) -> None:
+        """The latest status of several terminals, in one transaction."""
+        now = utc_now()
         with self.engine.begin() as conn:
-            conn.execute(terminals.update().where(terminals.c.id == terminal_id).values(
-                status=status.value, status_source=source, status_reason=reason or None,
-                last_active=utc_now()))
+            for terminal_id, (status, source, reason) in latest.items():
+                # A gone terminal keeps the status that says why it is gone.
+                conn.execute(terminals.update().where(terminals.c.id == terminal_id,
+                                                      terminals.c.gone == sa.false()).values(
+                    status=status.value, status_source=source, status_reason=reason or None,
+                    last_active=now))
 
     def mark_gone(self, terminal_id: str, reason: str) -> None:
         with self.engine.begin() as conn:
@@ -156,42 +227,45 @@ class Store:
                 inbox_messages.c.status == MessageStatus.PENDING.value))
             return [r.receiver_id for r in rows]
 
-    def claim_next(self, receiver_id: str) -> InboxMessage | None:
-        """Atomically move the oldest pending message of a receiver to DELIVERING.
-
-        The conditional UPDATE is the exactly-once gate: of any number of racing
-        deliverers, only the one whose UPDATE changes the row may paste it.
-        """
-        with self.engine.begin() as conn:
+    def next_pending(self, receiver_id: str) -> InboxMessage | None:
+        """The receiver's oldest pending message, unless an earlier one's fate is still open
+        (DELIVERING after a crash): order first."""
+        with self.engine.connect() as conn:
             in_flight = conn.execute(
                 sa.select(inbox_messages.c.id)
                 .where(inbox_messages.c.receiver_id == receiver_id,
                        inbox_messages.c.status == MessageStatus.DELIVERING.value).limit(1)).first()
             if in_flight is not None:
-                return None  # an earlier message's fate is open (a crash mid-delivery): order first
+                return None
             row = conn.execute(
                 sa.select(inbox_messages)
                 .where(inbox_messages.c.receiver_id == receiver_id,
                        inbox_messages.c.status == MessageStatus.PENDING.value)
                 .order_by(inbox_messages.c.id).limit(1)).mappings().first()
-            if row is None:
-                return None
-            now = utc_now()
+        return _message(row) if row is not None else None
+
+    def claim(self, msg: InboxMessage, paste_mark: str | None) -> bool:
+        """Move a pending message to DELIVERING, recording where its paste lands.
+
+        The conditional UPDATE is the exactly-once gate: of any number of racing
+        deliverers, only the one whose UPDATE changes the row may paste it.
+        """
+        with self.engine.begin() as conn:
             changed = conn.execute(
                 inbox_messages.update()
-                .where(inbox_messages.c.id == row["id"],
-                       inbox_messages.c.status == MessageStatus.PENDING.value)
-                .values(status=MessageStatus.DELIVERING.value, claimed_at=now)).rowcount
-        if changed != 1:
-            return None
-        msg = _message(row)
-        msg.status = MessageStatus.DELIVERING
-        return msg
+                .where(inbox_messages.c.id == msg.id, inbox_messages.c.status == MessageStatus.PENDING.value)
+                .values(status=MessageStatus.DELIVERING.value, claimed_at=utc_now(),
+                        paste_mark=paste_mark)).rowcount
+        if changed == 1:
+            msg.status, msg.paste_mark = MessageStatus.DELIVERING, paste_mark
+        return changed == 1
 
     def finish_message(self, message_id: int, status: MessageStatus, error: str | None = None) -> None:
         values: dict[str, Any] = {"status": status.value, "error": error}
         if status == MessageStatus.DELIVERED:
             values["delivered_at"] = utc_now()
+        if status == MessageStatus.PENDING:
+            values["paste_mark"] = None
         with self.engine.begin() as conn:
             conn.execute(inbox_messages.update().where(inbox_messages.c.id == message_id).values(**values))
 
@@ -232,4 +306,4 @@ def _message(row: Any) -> InboxMessage:
     return InboxMessage(
         id=row["id"], sender_id=row["sender_id"], receiver_id=row["receiver_id"], message=row["message"],
         status=MessageStatus(row["status"]), created_at=row["created_at"],
-        delivered_at=row["delivered_at"], error=row["error"])
+        delivered_at=row["delivered_at"], error=row["error"], paste_mark=row["paste_mark"])

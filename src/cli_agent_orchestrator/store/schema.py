@@ -35,6 +35,9 @@ terminals = sa.Table(
     sa.Column("gone", sa.Boolean, nullable=False, server_default=sa.false()),
     sa.Column("created_at", sa.String(40), nullable=False),
     sa.Column("last_active", sa.String(40), nullable=False),
+    # The secret this terminal's CLI hooks send (CAO_HOOK_SECRET in its environment):
+    # a hook can only speak for the terminal that owns it.
+    sa.Column("hook_secret", sa.String(64)),
 )
 
 inbox_messages = sa.Table(
@@ -48,6 +51,9 @@ inbox_messages = sa.Table(
     sa.Column("claimed_at", sa.String(40)),
     sa.Column("delivered_at", sa.String(40)),
     sa.Column("error", sa.Text),
+    # Where the paste would land, taken before it ("<history size>,<cursor row>"): after a
+    # crash mid-delivery, only text from there on can be this message.
+    sa.Column("paste_mark", sa.String(40)),
     sa.Index("ix_inbox_receiver_status", "receiver_id", "status", "id"),
 )
 
@@ -134,7 +140,16 @@ def _v1_to_v2(conn: sa.Connection) -> None:
         table.create(conn, checkfirst=True)
 
 
-MIGRATIONS: list[Callable[[sa.Connection], None]] = [_v0_to_v1, _v1_to_v2]
+def _v2_to_v3(conn: sa.Connection) -> None:
+    # Databases made by v0→v1 of this version already have the columns.
+    for table, column in ((terminals, terminals.c.hook_secret), (inbox_messages, inbox_messages.c.paste_mark)):
+        present = {c["name"] for c in sa.inspect(conn).get_columns(table.name)}
+        if column.name not in present:
+            kind = column.type.compile(dialect=conn.dialect)
+            conn.execute(sa.text(f"ALTER TABLE {table.name} ADD COLUMN {column.name} {kind}"))
+
+
+MIGRATIONS: list[Callable[[sa.Connection], None]] = [_v0_to_v1, _v1_to_v2, _v2_to_v3]
 LATEST_VERSION = len(MIGRATIONS)
 
 
