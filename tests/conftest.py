@@ -88,6 +88,20 @@ class CaoServer:
                 self.proc.wait(5)
         self.proc = None
 
+    def hook_secret(self, terminal_id: str) -> str:
+        """The secret a terminal's hooks carry (what CAO_HOOK_SECRET holds in its pane)."""
+        import sqlite3
+        with sqlite3.connect(self.home / "db" / "cli-agent-orchestrator.db") as db:
+            row = db.execute("SELECT hook_secret FROM terminals WHERE id = ?", (terminal_id,)).fetchone()
+        assert row and row[0], f"no hook secret for {terminal_id}"
+        return row[0]
+
+    def post_hook(self, terminal_id: str, event: str, payload: dict | None = None,
+                  secret: str | None = None) -> httpx.Response:
+        secret = self.hook_secret(terminal_id) if secret is None else secret
+        return self.client.post(f"/terminals/{terminal_id}/hooks", json={"event": event, "payload": payload or {}},
+                                headers={"X-CAO-Hook-Secret": secret})
+
     def tmux(self, *args: str) -> subprocess.CompletedProcess:
         socket_name = self.client.get("/health").json()["tmux_socket"] if self.proc else self._socket_name()
         env = {k: v for k, v in self.env.items() if k != "TMUX"}

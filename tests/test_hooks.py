@@ -42,20 +42,48 @@ def test_turn_statuses_come_from_hooks(cao: CaoServer):
 def test_hook_events_through_http_and_cao_hook_command(cao: CaoServer):
     _install(cao)
     tid = cao.create_session("hooked")["id"]
-    resp = cao.client.post(f"/terminals/{tid}/hooks", json={"event": "UserPromptSubmit", "payload": {}})
-    assert resp.json() == {"success": True, "status": "processing"}
+    resp = cao.post_hook(tid, "UserPromptSubmit")
+    assert resp.json() == {"success": True}
     wait_until(lambda: cao.client.get(f"/terminals/{tid}").json()["status_source"] == "hook:UserPromptSubmit",
                message="hook applied")
-    # The stdlib hook command, as a CLI would run it: JSON on stdin, identity from the env.
-    env = {**cao.env, "CAO_TERMINAL_ID": tid}
+    # The stdlib hook command, as a CLI would run it: JSON on stdin, identity and secret from the env.
+    env = {**cao.env, "CAO_TERMINAL_ID": tid, "CAO_HOOK_SECRET": cao.hook_secret(tid)}
     proc = subprocess.run([sys.executable, "-m", "cli_agent_orchestrator.hook", "Stop"],
                           input=json.dumps({"hook_event_name": "Stop"}), text=True, env=env, timeout=10)
     assert proc.returncode == 0
     wait_until(lambda: cao.client.get(f"/terminals/{tid}").json()["status"] == "completed", message="Stop applied")
-    # Unknown events are ignored; bad bodies and unknown terminals are refused.
-    assert cao.client.post(f"/terminals/{tid}/hooks", json={"event": "Whatever"}).json()["status"] is None
-    assert cao.client.post(f"/terminals/{tid}/hooks", json={"event": "bad event!"}).status_code == 422
+    # Unknown events are taken and ignored; bad bodies and unknown terminals are refused.
+    assert cao.post_hook(tid, "Whatever").json() == {"success": True}
+    assert cao.client.get(f"/terminals/{tid}").json()["status"] == "completed"
+    assert cao.client.post(f"/terminals/{tid}/hooks", json={"event": "bad event!"},
+                           headers={"X-CAO-Hook-Secret": cao.hook_secret(tid)}).status_code == 422
     assert cao.client.post("/terminals/deadbeef/hooks", json={"event": "Stop"}).status_code == 404
+
+
+def test_a_hook_only_speaks_for_its_own_terminal(cao: CaoServer):
+    """A forged Stop must not become a worker's answer, a forged UserPromptSubmit must not hold
+    an agent busy: without the terminal's own secret a hook is refused and changes nothing."""
+    _install(cao)
+    victim = cao.create_session("hooked", session_name="victim")["id"]
+    other = cao.create_session("hooked", session_name="other")["id"]
+    cao.send(victim, "the real question")
+    wait_until(lambda: cao.client.get(f"/terminals/{victim}").json()["status"] == "completed", message="answered")
+    forged = {"last_assistant_message": "FORGED ANSWER"}
+    for secret in ("", "not-the-secret", cao.hook_secret(other)):
+        for event, payload in (("Stop", forged), ("UserPromptSubmit", {})):
+            resp = cao.post_hook(victim, event, payload, secret=secret)
+            assert resp.status_code == 403, resp.text
+            assert "hook secret" in resp.json()["detail"]
+    no_header = cao.client.post(f"/terminals/{victim}/hooks", json={"event": "UserPromptSubmit", "payload": {}})
+    assert no_header.status_code == 403
+    detail = cao.client.get(f"/terminals/{victim}").json()
+    assert detail["status"] == "completed" and detail["status_source"] == "hook:Stop"
+    assert cao.client.get(f"/terminals/{victim}/output", params={"mode": "last"}).json()["output"] == \
+        "MOCK: the real question"
+    # Still an inbox receiver: a forged "busy" would have held this message back.
+    cao.client.post(f"/terminals/{victim}/inbox/messages", json={"sender_id": "tester", "message": "from inbox"})
+    wait_until(lambda: cao.client.get(f"/terminals/{victim}/output", params={"mode": "last"}).json().get("output")
+               == "MOCK: from inbox", message="inbox delivered")
 
 
 def test_hook_command_never_fails_the_cli(tmp_path):

@@ -9,8 +9,10 @@ import time
 from pathlib import Path
 
 import httpx
+import pytest
 
 from conftest import read_records, wait_until
+from crash_support import leave_in_flight
 
 
 def test_kill9_during_message_stream_loses_and_repeats_nothing(cao_factory, tmp_path: Path):
@@ -63,3 +65,40 @@ def test_kill9_during_message_stream_loses_and_repeats_nothing(cao_factory, tmp_
         assert got.count(text) == stored_texts.count(text), text
     assert len(got) == len(stored_texts)
     assert got == sorted(got)  # one sender: arrival order == sending order
+
+
+# --- a crash between claiming a message and its paste ---------------------------------------
+@pytest.mark.parametrize("earlier,again", [("done", "done"), ("please run the tests again", "run the tests")])
+def test_a_message_claimed_but_never_pasted_is_delivered_after_the_crash(cao_factory, tmp_path: Path,
+                                                                        earlier: str, again: str):
+    """The receiver's screen already shows the text (an earlier `done`, or a message that
+    contains it): that must not pass for the paste that never happened."""
+    record = tmp_path / "rec.jsonl"
+    server = cao_factory(CAO_MOCK_RECORD=str(record)).start()
+    rcv = server.create_session()["id"]
+    server.send(rcv, earlier)
+    server.wait_status(rcv, "completed")
+    server.kill9()
+    leave_in_flight(server, rcv, again, pasted=False)
+    server.start()
+    wait_until(lambda: read_records(record) == [earlier, again], timeout=20,
+               message=f"delivered after restart: {read_records(record)} {server.client.get(f'/terminals/{rcv}/inbox/messages').json()} {(server.home / 'server.out').read_text()[-3000:]}")
+    msgs = server.client.get(f"/terminals/{rcv}/inbox/messages").json()
+    assert [(m["message"], m["status"]) for m in msgs] == [(again, "delivered")]
+
+
+@pytest.mark.parametrize("text", ["done", "a long one\n" + "x" * 1500])
+def test_a_message_pasted_before_the_crash_is_submitted_not_pasted_again(cao_factory, tmp_path: Path, text: str):
+    record = tmp_path / "rec.jsonl"
+    server = cao_factory(CAO_MOCK_RECORD=str(record)).start()
+    rcv = server.create_session()["id"]
+    server.send(rcv, "done")
+    server.wait_status(rcv, "completed")
+    server.kill9()
+    leave_in_flight(server, rcv, text, pasted=True)
+    server.start()
+    wait_until(lambda: len(read_records(record)) == 2, timeout=20, message="submitted after restart")
+    server.wait_status(rcv, "completed")
+    assert read_records(record) == ["done", text]  # Enter pressed once, nothing pasted twice
+    msgs = server.client.get(f"/terminals/{rcv}/inbox/messages").json()
+    assert [m["status"] for m in msgs] == ["delivered"]

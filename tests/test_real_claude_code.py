@@ -22,6 +22,7 @@ import pytest
 from mcp.client.session import ClientSession
 from mcp.client.stdio import StdioServerParameters, stdio_client
 
+from crash_support import long_paste_survives_a_crash
 from conftest import CaoServer, wait_until
 from real_cli_support import isolated_home_env, npm_binary, real_cli_server
 
@@ -299,3 +300,14 @@ def test_crash_and_hang_at_start_fail_the_create_and_leave_nothing(tmp_path: Pat
                    timeout=15, message="no agent process of this server left")
     finally:
         cao.cleanup()
+
+
+def test_a_long_paste_interrupted_by_a_crash_is_submitted_once(env) -> None:
+    """Claude Code shows a long paste as `[Pasted text #1 +39 lines]`: after a crash between
+    paste and Enter, cao presses Enter; the model gets the message once."""
+    cao, model, root = env
+    term = cao.create_session("claude_dev", provider="claude_code", yolo="true",
+                              working_directory=workdir(root, "crash"))
+    long_paste_survives_a_crash(cao, term["id"], lambda marker: sum(
+        r["user_text"].count(marker) for r in model.requests("claude") if not r["side"]))
+    delete_and_check(cao, term["id"])

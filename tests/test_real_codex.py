@@ -24,6 +24,7 @@ import pytest
 from mcp.client.session import ClientSession
 from mcp.client.stdio import StdioServerParameters, stdio_client
 
+from crash_support import long_paste_survives_a_crash
 from conftest import CaoServer, wait_until
 from real_cli_support import npm_binary, real_cli_server
 
@@ -376,3 +377,14 @@ def test_death_mid_turn_is_an_error(env: Env):
     finally:
         delete_session(env, term)
     wait_until(lambda: not processes_of(tid, env.cao.env["HOME"]), timeout=20, message=f"no process of {tid} left")
+
+
+def test_a_long_paste_interrupted_by_a_crash_is_submitted_once(env: Env):
+    """Codex shows a long paste as `[Pasted Content N chars]`: after a crash between paste and
+    Enter, cao presses Enter; the model gets the message once."""
+    term = create(env)
+    try:
+        long_paste_survives_a_crash(env.cao, term["id"], lambda marker: sum(
+            r["user_text"].count(marker) for r in env.model.requests("codex") if not r["side"]))
+    finally:
+        delete_session(env, term)

@@ -22,6 +22,7 @@ import psutil
 import pytest
 
 from cli_agent_orchestrator.scripted_model.harness import ScriptedModelServer
+from crash_support import long_paste_survives_a_crash
 from conftest import CaoServer, wait_until
 from mcp_support import call, mcp_session
 from real_cli_support import npm_binary, real_cli_server
@@ -396,3 +397,12 @@ def test_missing_binary_fails_clearly_and_leaves_nothing(cli: NodeCli, tmp_path:
         assert server.client.get("/sessions").json() == []
     finally:
         server.cleanup()
+
+
+def test_a_long_paste_interrupted_by_a_crash_is_submitted_once(cao: CaoServer, cli: NodeCli,
+                                                               model: ScriptedModelServer):
+    """Gemini shows a long paste as `[Pasted Text: 40 lines]`, Qwen as `[Pasted Content N chars]`:
+    after a crash between paste and Enter, cao presses Enter; the model gets the message once."""
+    term = start(cao, cli)
+    long_paste_survives_a_crash(cao, term["id"], lambda marker: sum(
+        r["user_text"].count(marker) for r in model.requests(cli.binary) if not r["side"]))

@@ -24,6 +24,7 @@ from mcp.client.session import ClientSession
 from mcp.client.stdio import StdioServerParameters, stdio_client
 
 from cli_agent_orchestrator.scripted_model.harness import ScriptedModelServer
+from crash_support import long_paste_survives_a_crash
 from conftest import CaoServer, wait_until
 from real_cli_support import npm_binary, real_cli_server
 
@@ -253,3 +254,11 @@ def test_missing_binary_is_refused_naming_it(cao_factory):
 @pytest.fixture
 def anyio_backend() -> str:
     return "asyncio"
+
+
+def test_a_long_paste_interrupted_by_a_crash_is_submitted_once(oc: CaoServer, model: ScriptedModelServer):
+    """opencode shows no summary, only the last lines of a long paste: after a crash between
+    paste and Enter, cao presses Enter; the model gets the message once."""
+    term = create(oc, "oc_dev", yolo="true")
+    long_paste_survives_a_crash(oc, term["id"], lambda marker: sum(
+        r["user_text"].count(marker) for r in model.requests(SCRIPT) if not r["side"]))

@@ -136,8 +136,12 @@ def test_delete_saves_scrollback_and_restore_shows_it(cao: CaoServer):
     target = f"{restored['session_name']}:{restored['window_name']}"
     wait_until(lambda: "remember this line" in cao.tmux("capture-pane", "-p", "-S", "-", "-t", target).stdout,
                message="restored scrollback on screen")
-    again = cao.client.post(f"/terminals/{term['id']}/restore")  # a second restore gets its own window
-    assert again.status_code == 200 and again.json()["window_name"] != restored["window_name"]
+    # Asked again, restore shows the same window: repeated calls never pile up shell windows.
+    windows = cao.tmux("list-windows", "-a", "-F", "#{window_id}").stdout.split()
+    for _ in range(3):
+        again = cao.client.post(f"/terminals/{term['id']}/restore")
+        assert again.status_code == 200 and again.json()["window_id"] == restored["window_id"]
+    assert cao.tmux("list-windows", "-a", "-F", "#{window_id}").stdout.split() == windows
 
 
 def test_session_create_list_get_delete(cao: CaoServer):
@@ -182,8 +186,9 @@ def test_status_survives_output_floods_with_a_tiny_event_queue(cao_factory):
         wait_until(lambda: server.client.get(f"/terminals/{term['id']}/output", params={"mode": "last"})
                    .json().get("output", "").endswith("MOCK: line 400 of 400"), timeout=20)
         server.wait_status(term["id"], "completed", timeout=20)
-    stats = server.client.get("/diagnostics").json()["subscribers"]
-    assert any(s["dropped"] > 0 for s in stats)  # output was dropped, status edges were not
+    # Output is coalesced per read and routed per terminal, so even a queue of 2 keeps up;
+    # whatever was dropped, no status edge was lost and no consumer failed.
+    assert server.client.get("/diagnostics").json()["consumer_failures"] == []
     server.send(term["id"], "calm again")
     wait_until(lambda: server.client.get(f"/terminals/{term['id']}/output", params={"mode": "last"})
                .json().get("output") == "MOCK: calm again")

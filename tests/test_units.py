@@ -103,7 +103,7 @@ def test_named_keys_are_accepted(key):
     assert valid_key(key)
 
 
-@pytest.mark.parametrize("key", ["", "Enter Enter", "C-", "rm -rf", "a;b", "\x1b", "send-keys"])
+@pytest.mark.parametrize("key", ["", "Enter Enter", "C-", "rm -rf", "a;b", "\x1b", "send-keys", "a\n", "C-c\n"])
 def test_bad_keys_are_refused(key):
     assert not valid_key(key)
 
@@ -136,3 +136,19 @@ def test_settings_read_env(monkeypatch, tmp_path: Path):
     assert s.home_dir == tmp_path.resolve() and s.api_port == 9999 and s.event_queue_size == 7
     assert s.base_url == "http://127.0.0.1:9999"
     assert s.tmux_socket_name.startswith("cao-")
+
+
+def test_the_monitor_screen_survives_private_sgr_sequences():
+    """Gemini CLI sends `CSI > 4 ; 2 m` (xterm modifyOtherKeys); plain pyte raises on it and
+    drops the rest of the output it was fed, so a whole start-up screen went unseen."""
+    import pyte
+    from cli_agent_orchestrator.services.status import _Screen
+    screen = _Screen(40, 3)
+    pyte.ByteStream(screen).feed(b"\x1b[>4;2mready \x1b[1mbold\x1b[0m")
+    assert screen.display[0].rstrip() == "ready bold"
+
+
+@pytest.mark.parametrize("name", ["leak\n", "ok\n", "a:b", "x#y", "", "-lead", "x" * 65])
+def test_names_must_match_in_full(name):
+    from cli_agent_orchestrator.models import SAFE_NAME_RE
+    assert not SAFE_NAME_RE.match(name)

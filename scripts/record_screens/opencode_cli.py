@@ -133,6 +133,18 @@ def record(root: Path, out: Path, panes: list[OpencodePane]) -> None:
          history=True)
 
 
+def write_scripted_config(model: ScriptedModelServer) -> None:
+    """The user's opencode.json (under the confined XDG_CONFIG_HOME): the scripted model only."""
+    config = Path(os.environ["XDG_CONFIG_HOME"]) / "opencode" / "opencode.json"
+    config.parent.mkdir(parents=True, exist_ok=True)
+    config.write_text(json.dumps({
+        "$schema": "https://opencode.ai/config.json", "model": "scripted/fake-model",
+        "small_model": "scripted/fake-model",
+        "provider": {"scripted": {"npm": "@ai-sdk/openai-compatible", "name": "Scripted",
+                                  "options": {"baseURL": model.base_url("rec", "/v1"), "apiKey": "x"},
+                                  "models": {"fake-model": {"name": "Fake Model", "tool_call": True}}}}}))
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", type=Path, default=REPO / "tests" / "fixtures" / "screens" / "opencode_cli")
@@ -142,14 +154,7 @@ def main() -> int:
         args.out.mkdir(parents=True, exist_ok=True)
         with ScriptedModelServer() as model:
             model.set_script("rec", RULES)
-            config = Path(os.environ["XDG_CONFIG_HOME"]) / "opencode" / "opencode.json"
-            config.parent.mkdir(parents=True, exist_ok=True)
-            config.write_text(json.dumps({
-                "$schema": "https://opencode.ai/config.json", "model": "scripted/fake-model",
-                "small_model": "scripted/fake-model",
-                "provider": {"scripted": {"npm": "@ai-sdk/openai-compatible", "name": "Scripted",
-                                          "options": {"baseURL": model.base_url("rec", "/v1"), "apiKey": "x"},
-                                          "models": {"fake-model": {"name": "Fake Model", "tool_call": True}}}}}))
+            write_scripted_config(model)
             record(root, args.out, panes)
     return 0
 

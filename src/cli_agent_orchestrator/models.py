@@ -8,11 +8,13 @@ import re
 from dataclasses import dataclass, field
 from enum import StrEnum
 
-TERMINAL_ID_RE = re.compile(r"^[a-f0-9]{8}$")
+# Anchored with \A…\Z, not ^…$: `$` also matches before a trailing newline, so
+# `.match("leak\n")` would pass a name that tmux then treats differently.
+TERMINAL_ID_RE = re.compile(r"\A[a-f0-9]{8}\Z")
 # tmux-safe names for sessions, windows and profiles: no ':' '.' or spaces that
-# tmux would parse as target syntax, nothing a shell would expand.
-SAFE_NAME_RE = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_-]{0,63}$")
-MODEL_RE = re.compile(r"^[A-Za-z0-9._:/-]{1,128}$")
+# tmux would parse as target syntax, no '#' it would expand, nothing a shell would.
+SAFE_NAME_RE = re.compile(r"\A[A-Za-z0-9_][A-Za-z0-9_-]{0,63}\Z")
+MODEL_RE = re.compile(r"\A[A-Za-z0-9._:/-]{1,128}\Z")
 SESSION_PREFIX = "cao-"
 
 
@@ -73,3 +75,4 @@ class InboxMessage:
     created_at: str
     delivered_at: str | None = None
     error: str | None = None
+    paste_mark: str | None = None  # where its paste lands (set while DELIVERING)

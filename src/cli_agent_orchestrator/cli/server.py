@@ -7,7 +7,11 @@ import os
 import click
 import uvicorn
 
+from ..private_files import append_private
 from ..settings import Settings
+
+
+SHUTDOWN_GRACE_S = 3
 
 
 @click.command(context_settings={"help_option_names": ["-h", "--help"]})
@@ -22,16 +26,22 @@ def main(host: str | None, port: int | None, log_level: str) -> None:
         os.environ["CAO_API_PORT"] = str(port)
     settings = Settings.from_env()
     settings.ensure_dirs()
+    server_log = settings.logs_dir / "server.log"
+    append_private(server_log, b"")  # created 0600 before the handler opens it
     logging.basicConfig(
         level=log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s",
-        handlers=[logging.StreamHandler(), logging.FileHandler(settings.logs_dir / "server.log")])
+        handlers=[logging.StreamHandler(), logging.FileHandler(server_log)])
     from ..api.app import create_app
     from ..backends.tmux import tmux_missing_message
     import shutil
     if shutil.which("tmux") is None:
         raise click.ClickException(tmux_missing_message())
+    # proxy_headers off: cao is never behind a proxy, and a forged X-Forwarded-For must not
+    # change who a request seems to come from. Streams (SSE) are cut after a grace period
+    # so that a connected UI never keeps the server from stopping.
     uvicorn.run(create_app(settings), host=settings.api_host, port=settings.api_port,
-                log_level=log_level.lower(), access_log=False)
+                log_level=log_level.lower(), access_log=False, proxy_headers=False,
+                timeout_graceful_shutdown=SHUTDOWN_GRACE_S)
 
 
 if __name__ == "__main__":

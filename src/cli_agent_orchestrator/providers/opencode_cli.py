@@ -79,8 +79,9 @@ export const CaoStatus = async () => {
   const send = async (body) => {
     for (let attempt = 0; attempt < 3; attempt++) {  // a lost edge would leave cao's status stale
       try {
-        const resp = await fetch(url, {method: "POST", headers: {"content-type": "application/json"}, body,
-                                       signal: AbortSignal.timeout(5000)})
+        const resp = await fetch(url, {method: "POST", body, signal: AbortSignal.timeout(5000),
+                                       headers: {"content-type": "application/json",
+                                                 "x-cao-hook-secret": process.env.CAO_HOOK_SECRET || ""}})
         if (resp.status < 500) return
       } catch {}
       await new Promise((r) => setTimeout(r, 300 * (attempt + 1)))

@@ -7,23 +7,30 @@ How the guarantee is kept:
   only as a named safety net.
 * Claiming is one conditional UPDATE (PENDING → DELIVERING): of any number of
   racing deliverers, exactly one wins and pastes. It pastes under the
-  receiver's input lock, so pastes never interleave.
+  receiver's input lock, so pastes never interleave. The claim records where the
+  paste will land (the pane's line, taken just before) and how often the message
+  already shows from a few rows above that line on.
 * After the paste is submitted the row becomes DELIVERED. If cao-server dies in
-  between, the restart finds the row DELIVERING and looks at the receiver's
-  screen: the text is there → DELIVERED (pressing Enter if it still sits in the
-  composer); not there → back to PENDING. So a crash neither loses nor repeats it.
+  between, the restart finds the row DELIVERING and reads the receiver's pane from
+  the same line on: the message (or the CLI's summary of a long paste) shows more
+  often than before → DELIVERED (pressing Enter if it still sits in the composer);
+  not → back to PENDING. An earlier identical message, or one that contains this
+  one, is in both counts, so it cannot pass for this one. So a crash neither loses
+  nor repeats it.
 * Oldest first per receiver, one message per ready edge (the next one goes when
   the receiver finishes the turn the previous one started).
 * A receiver that vanishes fails its undelivered messages and each sender that
   is a terminal is told so in its own inbox.
+* A locked database delays a delivery (retried shortly), never loses or repeats it.
 """
 from __future__ import annotations
 
 import asyncio
 import logging
+import re
 
 from ..bus import EventBus
-from ..errors import InvalidInput, NotFound
+from ..errors import AgentExited, BackendError, InvalidInput, NotFound, StoreBusy
 from ..events import Event, InboxDelivered, InboxFailed, InboxQueued, StatusChanged, TerminalRemoved
 from ..models import TERMINAL_ID_RE, InboxMessage, MessageStatus
 from ..providers.base import Screen
@@ -37,6 +44,19 @@ log = logging.getLogger(__name__)
 
 MAX_MESSAGE_CHARS = 1_000_000
 SYSTEM_SENDER = "cao"
+# A delivery that met a locked database is tried again this soon (then the sweep).
+BUSY_RETRY_S = 1.0
+# The mark covers this many rows above the cursor: CLIs draw the echo of a submitted
+# message up to 5 rows above where the cursor sat (Gemini CLI; Qwen Code 4, Claude Code 1).
+MARK_ROWS_ABOVE = 10
+# How the CLIs show a long paste in their composer instead of its text (recorded in
+# tests/fixtures/paste/). Once submitted, every one of them shows the full text.
+PASTE_SUMMARIES = (
+    re.compile(r"\[Pasted text: (\d+) chars"),  # mock_cli (with its size)
+    re.compile(r"\[Pasted text #\d+(?: \+\d+ lines)?\]"),  # Claude Code
+    re.compile(r"\[Pasted Text: \d+ lines\]"),  # Gemini CLI
+    re.compile(r"\[Pasted Content \d+ chars\]"),  # Codex, Qwen Code
+)
 
 
 class InboxService:
@@ -49,6 +69,8 @@ class InboxService:
         self.monitor = monitor
         self.typing = typing
         self._sweeper: asyncio.Task | None = None
+        self._retrying: set[str] = set()  # receivers with a delivery retry scheduled
+        self._settling: set[int] = set()  # messages whose fate this process is writing
 
     async def post(self, receiver_id: str, sender_id: str, message: str) -> InboxMessage:
         check_terminal_id(receiver_id)
@@ -75,29 +97,70 @@ class InboxService:
     # --- delivery -----------------------------------------------------------------
     async def deliver_pending(self, receiver_id: str) -> bool:
         """Deliver the receiver's oldest pending message if it is ready. True if one went in."""
+        try:
+            return await self._deliver_pending(receiver_id)
+        except StoreBusy as exc:
+            log.warning("delivery to %s deferred: %s", receiver_id, exc)
+            self._retry_soon(receiver_id)
+            return False
+
+    async def _deliver_pending(self, receiver_id: str) -> bool:
         lock = self.typing.lock(receiver_id)
         async with lock:
             if not is_ready_for_input(self.monitor.status(receiver_id), self._eager(receiver_id)):
                 return False
             if self.monitor.composer_has_text(receiver_id):
                 return False  # someone is typing there; a paste would mangle both texts
-            msg = await self.store.run(self.store.claim_next, receiver_id)
+            msg = await self.store.run(self.store.next_pending, receiver_id)
             if msg is None:
                 return False
             try:
                 window_id = await self.terminals.window(receiver_id)
-                await self.typing.submit(receiver_id, window_id, msg.message)
-            except NotFound:
-                await self._fail([msg], "receiver terminal no longer exists")
+            except (NotFound, AgentExited):
+                return False  # removed or gone: its messages are failed by on_removed / the sweep
+            mark = await self._mark(msg, window_id)
+            if not await self.store.run(self.store.claim, msg, mark):
                 return False
-            except Exception as exc:
-                # The paste may or may not have happened: leave it to the restart-style check.
-                log.exception("delivery of message %s to %s failed", msg.id, receiver_id)
-                await self._reconcile(msg, str(exc))
-                return False
-            await self.store.run(self.store.finish_message, msg.id, MessageStatus.DELIVERED)
-            self.bus.publish(InboxDelivered(msg.id, receiver_id, msg.sender_id))
+            self._settling.add(msg.id)
+            try:
+                try:
+                    await self.typing.submit(receiver_id, window_id, msg.message)
+                except AgentExited:
+                    # Refused inside tmux before anything was pasted: it waits for a live receiver.
+                    await self._settle(msg, MessageStatus.PENDING)
+                    return False
+                except Exception as exc:
+                    # The paste may or may not have happened: the pane decides.
+                    log.exception("delivery of message %s to %s failed", msg.id, receiver_id)
+                    await self._reconcile(msg, str(exc))
+                    return False
+                await self._settle(msg, MessageStatus.DELIVERED)
+            finally:
+                self._settling.discard(msg.id)
             return True
+
+    async def _settle(self, msg: InboxMessage, status: MessageStatus, error: str | None = None) -> None:
+        """Write a message's fate; a locked database is waited out (the fate is known here,
+        nobody else may guess it meanwhile: `_settling` keeps the sweep away)."""
+        while True:
+            try:
+                await self.store.run(self.store.finish_message, msg.id, status, error)
+                break
+            except StoreBusy as exc:
+                log.warning("message %s: recording %s deferred: %s", msg.id, status.value, exc)
+        if status == MessageStatus.DELIVERED:
+            self.bus.publish(InboxDelivered(msg.id, msg.receiver_id, msg.sender_id))
+
+    def _retry_soon(self, receiver_id: str) -> None:
+        if receiver_id in self._retrying:
+            return
+        self._retrying.add(receiver_id)
+
+        def again() -> None:
+            self._retrying.discard(receiver_id)
+            self.terminals.spawn_background(self.deliver_pending(receiver_id))
+
+        asyncio.get_running_loop().call_later(BUSY_RETRY_S, again)
 
     def _eager(self, receiver_id: str) -> bool:
         if not self.settings.eager_inbox_delivery:
@@ -112,8 +175,9 @@ class InboxService:
 
     async def on_removed(self, event: Event) -> None:
         assert isinstance(event, TerminalRemoved)
-        failed = await self.store.run(self.store.fail_pending_for, event.terminal_id,
-                                      "receiver terminal was deleted")
+        why = "receiver terminal was deleted" if event.reason in ("", "deleted") else \
+            f"receiver terminal is gone ({event.reason})"
+        failed = await self.store.run(self.store.fail_pending_for, event.terminal_id, why)
         await self._notify_senders(failed)
 
     async def _fail(self, messages: list[InboxMessage], reason: str) -> None:
@@ -142,31 +206,67 @@ class InboxService:
 
     async def settle_in_flight(self, why: str) -> None:
         """Decide the fate of DELIVERING rows nobody is delivering right now. Until that is
-        decided a receiver gets nothing newer (claim_next), so order survives a crash."""
+        decided a receiver gets nothing newer (next_pending), so order survives a crash."""
         for msg in await self.store.run(self.store.messages_in_status, MessageStatus.DELIVERING):
-            lock = self.typing.lock(msg.receiver_id)
-            if lock.locked():
+            if msg.id in self._settling:
                 continue  # a live delivery owns it
-            async with lock:
+            async with self.typing.lock(msg.receiver_id):
                 current = await self.store.run(self.store.get_message, msg.id)
-                if current is not None and current.status == MessageStatus.DELIVERING:
+                if (current is not None and current.status == MessageStatus.DELIVERING
+                        and msg.id not in self._settling):
                     await self._reconcile(current, why)
 
     async def _reconcile(self, msg: InboxMessage, why: str) -> None:
+        """Did this message's paste land? Read the pane from where it would have landed."""
         try:
             window_id = await self.terminals.window(msg.receiver_id)
-            text = await self.terminals.backend.capture(window_id, history=True)
+            landed = await self._paste_landed(msg, window_id)
         except NotFound:
             await self._fail([msg], "receiver terminal no longer exists")
             return
-        if _visible(msg.message, text):
+        except AgentExited:
+            landed = False
+        except BackendError as exc:
+            # tmux cannot tell now (e.g. its server just died): undecided, the row stays
+            # DELIVERING until the sweep or the receiver's removal settles it.
+            log.warning("message %s to %s: cannot read the pane (%s); deciding later", msg.id, msg.receiver_id, exc)
+            return
+        if landed:
             if await self._composer_has_text(msg.receiver_id, window_id):
-                await self.typing.send_keys(window_id, ["Enter"])  # pasted, never submitted
-            await self.store.run(self.store.finish_message, msg.id, MessageStatus.DELIVERED)
-            self.bus.publish(InboxDelivered(msg.id, msg.receiver_id, msg.sender_id))
+                try:
+                    await self.typing.send_keys(window_id, ["Enter"])  # pasted, never submitted
+                except AgentExited:
+                    pass  # it landed; the agent died after
+            await self._settle(msg, MessageStatus.DELIVERED)
         else:
-            log.info("message %s not on %s's screen (%s): back to pending", msg.id, msg.receiver_id, why)
-            await self.store.run(self.store.finish_message, msg.id, MessageStatus.PENDING)
+            log.info("message %s not in %s's pane after its mark (%s): back to pending",
+                     msg.id, msg.receiver_id, why)
+            await self._settle(msg, MessageStatus.PENDING)
+
+    async def _mark(self, msg: InboxMessage, window_id: str) -> str | None:
+        """Where the paste will land, and how often the message already shows from there on:
+        "<history size>,<cursor row>,<count>"."""
+        backend = self.terminals.backend
+        position = await backend.position(window_id)
+        if position is None:
+            return None
+        history, row = position
+        region = await backend.capture(window_id, start=max(row - MARK_ROWS_ABOVE, -history))
+        return f"{history},{row},{occurrences(msg.message, region)}"
+
+    async def _paste_landed(self, msg: InboxMessage, window_id: str) -> bool:
+        """The message shows more often from its mark on than it did before the paste."""
+        backend = self.terminals.backend
+        now = await backend.position(window_id)
+        mark = _parse_mark(msg.paste_mark)
+        if mark is None or now is None or now[0] < mark[0]:
+            # No mark (a row from an older cao) or the history was cleared since: only the
+            # visible screen can still show it.
+            return paste_landed(msg.message, mark[2] if mark else 0, await backend.capture(window_id))
+        history, row, before = mark
+        # capture-pane counts lines from the top of the visible screen (history is negative).
+        start = max(history + row - MARK_ROWS_ABOVE - now[0], -now[0])
+        return paste_landed(msg.message, before, await backend.capture(window_id, start=start))
 
     async def _composer_has_text(self, receiver_id: str, window_id: str) -> bool:
         """Read from the pane itself: after a restart the monitor may not have a screen yet."""
@@ -204,13 +304,29 @@ class InboxService:
             await asyncio.gather(self._sweeper, return_exceptions=True)
 
 
-def _visible(message: str, screen_text: str) -> bool:
-    """Is the pasted message on the receiver's screen? Compared on its last non-blank
-    line, whitespace-folded (terminals wrap and trim). A long paste that the CLI
-    summarises (e.g. "[Pasted text: N chars …]") counts when the summary names its size."""
+def _parse_mark(mark: str | None) -> tuple[int, int, int] | None:
+    parts = (mark or "").split(",")
+    if len(parts) != 3 or not all(p.isdigit() for p in parts):
+        return None
+    return int(parts[0]), int(parts[1]), int(parts[2])
+
+
+def paste_landed(message: str, count_at_mark: int, region: str) -> bool:
+    """The rule crash recovery decides by: the same rows show the message more often now."""
+    return occurrences(message, region) > count_at_mark
+
+
+def occurrences(message: str, region: str) -> int:
+    """How often a part of a pane shows the message: its last non-blank line, whitespace-
+    folded (terminals wrap and trim), plus every CLI summary of a long paste (the mock's
+    must name the message's size)."""
     typed = neutralise(message)
     lines = [" ".join(line.split()) for line in typed.splitlines() if line.strip()]
-    if lines and lines[-1][-200:] in " ".join(screen_text.split()):
-        return True
+    count = " ".join(region.split()).count(lines[-1][-200:]) if lines else 0
     size = str(len(typed))
-    return any("[Pasted text" in line and size in line for line in screen_text.splitlines()[-200:])
+    for line in region.splitlines():
+        for pattern in PASTE_SUMMARIES:
+            found = pattern.search(line)
+            if found and (not found.groups() or found.group(1) == size):
+                count += 1
+    return count

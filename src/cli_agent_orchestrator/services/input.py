@@ -49,7 +49,7 @@ def neutralise(text: str) -> str:
 # Keys accepted by POST /terminals/{id}/key: named keys, one character, or a modifier chord.
 NAMED_KEYS = {"Enter", "Escape", "Tab", "BTab", "Space", "BSpace", "Up", "Down", "Left", "Right",
               "Home", "End", "PageUp", "PageDown", "PPage", "NPage", "DC", "IC"}
-_KEY_RE = re.compile(r"^(?:[A-Za-z0-9]|[CMS]-[A-Za-z0-9]|F(?:[1-9]|1[0-2]))$")
+_KEY_RE = re.compile(r"\A(?:[A-Za-z0-9]|[CMS]-[A-Za-z0-9]|F(?:[1-9]|1[0-2]))\Z")
 
 
 def valid_key(key: str) -> bool:

@@ -2,8 +2,10 @@
 
 The environment the agent gets is cao-server's own (so a user's
 ANTHROPIC_BASE_URL, proxies and the like reach the CLI) plus the provider's
-additions and CAO_TERMINAL_ID. It travels through a 0600 file that the pane
-sources and deletes, so no secret appears in a process list or tmux's argv.
+additions, CAO_TERMINAL_ID and the terminal's hook secret. It travels through a
+0600 file that the pane sources and deletes, so no secret appears in a process
+list or tmux's argv. The server deletes it too on every other path (a failed
+start, a deleted terminal, files left by a crash), so it never outlives the start.
 """
 from __future__ import annotations
 
@@ -13,7 +15,10 @@ import shutil
 import sys
 from pathlib import Path
 
+from ..private_files import write_private
 from ..providers.base import Launch
+
+ENV_FILE_SUFFIX = ".env"
 
 _ENV_NAME_OK = set("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789_")
 # Describe the server's own terminal, not the pane's.
@@ -36,9 +41,21 @@ def write_env_file(path: Path, extra: dict[str, str]) -> None:
     env.update(extra)
     lines = [f"export {k}={shlex.quote(v)}" for k, v in env.items()
              if k and set(k) <= _ENV_NAME_OK and not k[0].isdigit() and "\x00" not in v]
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-    with os.fdopen(fd, "w") as fh:
-        fh.write("\n".join(lines) + "\n")
+    write_private(path, "\n".join(lines) + "\n")
+
+
+def env_file(tmp_dir: Path, terminal_id: str) -> Path:
+    return tmp_dir / f"{terminal_id}{ENV_FILE_SUFFIX}"
+
+
+def sweep_env_files(tmp_dir: Path, keep: set[str]) -> int:
+    """Remove launch files of terminals not being started (left by a crash)."""
+    removed = 0
+    for path in tmp_dir.glob(f"*{ENV_FILE_SUFFIX}"):
+        if path.name[:-len(ENV_FILE_SUFFIX)] not in keep:
+            path.unlink(missing_ok=True)
+            removed += 1
+    return removed
 
 
 def pane_command(env_file: Path, launch: Launch) -> str:

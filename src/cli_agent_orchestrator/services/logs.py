@@ -1,4 +1,4 @@
-"""Log writer: appends each terminal's raw output to `logs/terminal/<id>.log`.
+"""Log writer: appends each terminal's raw output to `logs/terminal/<id>.log` (0600).
 
 Writes are batched: output is buffered per terminal and flushed shortly after
 the first byte of a batch (or at once past a size cap), so a burst of output
@@ -10,6 +10,7 @@ import asyncio
 from pathlib import Path
 
 from ..events import Event, TerminalOutput
+from ..private_files import append_private, private_dir
 
 FLUSH_DELAY_S = 0.2
 FLUSH_BYTES = 256 * 1024
@@ -46,7 +47,6 @@ class LogWriter:
             await asyncio.get_running_loop().run_in_executor(None, self._write, batch)
 
     def _write(self, batch: dict[str, bytearray]) -> None:
-        self.directory.mkdir(parents=True, exist_ok=True)
+        private_dir(self.directory)
         for terminal_id, data in batch.items():
-            with open(self.path_for(terminal_id), "ab") as fh:
-                fh.write(data)
+            append_private(self.path_for(terminal_id), bytes(data))

@@ -7,6 +7,7 @@ service, and facts (spawned, removed) are published on the bus for the others.
 from __future__ import annotations
 
 import asyncio
+import hmac
 import json
 import logging
 import os
@@ -18,22 +19,25 @@ from pathlib import Path
 
 from ..backends.base import TerminalBackend
 from ..bus import EventBus
-from ..errors import Conflict, InvalidInput, NotFound, WaitTimeout, WorkerError
-from ..events import TerminalRemoved, TerminalSpawned
+from ..errors import AgentExited, Conflict, Forbidden, InvalidInput, NotFound, WaitTimeout, WorkerError
+from ..events import BackendLost, Event, TerminalRemoved, TerminalSpawned
 from ..models import MODEL_RE, SAFE_NAME_RE, SESSION_PREFIX, TERMINAL_ID_RE, Terminal, TerminalStatus
+from ..private_files import private_dir, write_private
 from ..profiles import AgentProfile, load_profile
 from ..providers.base import LaunchContext
 from ..providers.registry import DEFAULT_PROVIDER, get_provider
 from ..settings import Settings
 from ..store import Store
 from .input import InputService, valid_key
-from .launch import mcp_server_argv, pane_command, write_env_file
-from .status import StatusMonitor
+from .launch import env_file, mcp_server_argv, pane_command, sweep_env_files, write_env_file
+from .status import StatusMonitor, StatusView
 from .waiting import TerminalVanished, ready_or_stuck, wait_for
 
 log = logging.getLogger(__name__)
 
 MAX_STARTUP_ANSWERS = 12  # first-run screens (theme, notes, trust) can each be drawn more than once
+MAX_PATH_CHARS = 4096  # PATH_MAX on Linux: longer is never a directory
+HOOK_SECRET_ENV = "CAO_HOOK_SECRET"
 _ANSI = re.compile(r"\x1b\[[0-9;?]*[ -/]*[@-~]|\x1b\][^\x07\x1b]*(?:\x07|\x1b\\)|\x1b[@-Z\\-_]")
 
 
@@ -81,6 +85,7 @@ class TerminalService:
         self.typing = typing
         self._session_lock = asyncio.Lock()
         self._background: set[asyncio.Task] = set()
+        self._starting: set[str] = set()  # terminals whose launch file may still be read
 
     # --- reading ----------------------------------------------------------------
     async def get(self, terminal_id: str) -> Terminal:
@@ -88,23 +93,32 @@ class TerminalService:
         term = await self.store.run(self.store.get_terminal, terminal_id)
         if term is None:
             raise NotFound(f"terminal {terminal_id} not found")
-        snap = self.monitor.snapshot(terminal_id)
-        if snap is not None:
-            term.status, _, _, reason = snap
-            term.status_reason = reason or term.status_reason
+        _overlay_live(term, self.monitor.view(terminal_id))
         return term
 
     async def list(self, session_name: str | None = None) -> list[Terminal]:
         terms = await self.store.run(self.store.list_terminals, session_name)
         for term in terms:
-            live = self.monitor.status(term.id)
-            if live is not None:
-                term.status = live
+            _overlay_live(term, self.monitor.view(term.id))
         return terms
 
-    async def window(self, terminal_id: str) -> str:
+    async def check_hook_secret(self, terminal_id: str, secret: str | None) -> None:
+        """A hook may only speak for the terminal whose environment holds its secret."""
         await self.get(terminal_id)
-        window_id = await self.store.run(self.store.window_id, terminal_id)
+        expected = await self.store.run(self.store.hook_secret, terminal_id)
+        if not expected or not secret or not hmac.compare_digest(expected.encode(), secret.encode()):
+            raise Forbidden(f"hook refused: it does not carry terminal {terminal_id}'s hook secret "
+                            f"({HOOK_SECRET_ENV} in the agent's environment)")
+
+    async def window(self, terminal_id: str) -> str:
+        check_terminal_id(terminal_id)
+        found = await self.store.run(self.store.window_of, terminal_id)
+        if found is None:
+            raise NotFound(f"terminal {terminal_id} not found")
+        gone, window_id, reason = found
+        if gone:
+            # Its window id may name another agent's window in a newer tmux server.
+            raise AgentExited(f"terminal {terminal_id} is gone ({reason}); it has no window")
         if window_id is None:
             raise NotFound(f"terminal {terminal_id} has no window")
         return window_id
@@ -124,11 +138,21 @@ class TerminalService:
     def _working_directory(self, path: str | None) -> str:
         if path is None:
             return os.getcwd()
-        resolved = Path(path).expanduser()
+        if len(path) > MAX_PATH_CHARS or "\x00" in path:
+            raise InvalidInput(f"working directory is not a usable path (at most {MAX_PATH_CHARS} "
+                               "characters, no NUL)")
+        try:
+            resolved = Path(path).expanduser()
+        except RuntimeError:  # ~user of a user that does not exist
+            raise InvalidInput(f"working directory {path[:200]!r}: no such user's home") from None
         if not resolved.is_absolute():
-            raise InvalidInput(f"working directory must be an absolute path, got {path!r}")
-        if not resolved.is_dir():
-            raise InvalidInput(f"working directory {path!r} does not exist or is not a directory")
+            raise InvalidInput(f"working directory must be an absolute path, got {path[:200]!r}")
+        try:
+            is_dir = resolved.is_dir()
+        except OSError as exc:  # e.g. a path component longer than NAME_MAX
+            raise InvalidInput(f"working directory {path[:200]!r} is not usable: {exc.strerror}") from None
+        if not is_dir:
+            raise InvalidInput(f"working directory {path[:200]!r} does not exist or is not a directory")
         return str(resolved)
 
     async def create(self, req: CreateRequest) -> Terminal:
@@ -151,27 +175,41 @@ class TerminalService:
                 working_directory=workdir, home_dir=self.settings.home_dir,
                 model=req.model or profile.model, allowed_tools=req.allowed_tools or profile.allowed_tools,
                 yolo=req.yolo, mcp_server_argv=mcp_server_argv(), profile_extra=profile.frontmatter)
-            launch = provider.build_launch(ctx)
-            env_file = self.settings.tmp_dir / f"{terminal_id}.env"
-            write_env_file(env_file, {**(req.env or {}), **launch.env, "CAO_TERMINAL_ID": terminal_id})
+            hook_secret = secrets.token_urlsafe(24)
+            launch_file = env_file(self.settings.tmp_dir, terminal_id)
             term = Terminal(id=terminal_id, session_name=session, window_name=window_name,
                             provider=provider_name, agent_profile=profile.name, working_directory=workdir,
                             caller_id=req.caller_id, model=ctx.model, allowed_tools=ctx.allowed_tools)
-            await self.store.run(self.store.add_terminal, term, None)
-            self.monitor.watch(terminal_id, provider)
+            self._starting.add(terminal_id)
+            created = False
             try:
-                ref = await self.backend.create_window(terminal_id, session, window_name, workdir,
-                                                       pane_command(env_file, launch), req.new_session)
-            except Exception:
-                self.monitor.forget(terminal_id)
-                await self.store.run(self.store.delete_terminal, terminal_id)
-                env_file.unlink(missing_ok=True)
-                raise
-            await self.store.run(self.store.set_window_id, terminal_id, ref.window_id)
+                launch = provider.build_launch(ctx)
+                write_env_file(launch_file, {**(req.env or {}), **launch.env, "CAO_TERMINAL_ID": terminal_id,
+                                             HOOK_SECRET_ENV: hook_secret})
+                await self.store.run(self.store.add_terminal, term, None, hook_secret)
+                self.monitor.watch(terminal_id, provider)
+                try:
+                    ref = await self.backend.create_window(terminal_id, session, window_name, workdir,
+                                                           pane_command(launch_file, launch), req.new_session)
+                except BaseException:
+                    self.monitor.forget(terminal_id)
+                    await self.store.run(self.store.delete_terminal, terminal_id)
+                    raise
+                await self.store.run(self.store.set_window_id, terminal_id, ref.window_id)
+                created = True
+            finally:
+                if not created:  # nothing of a failed start stays behind: not its secrets either
+                    self._launch_done(terminal_id)
+                    shutil.rmtree(self.settings.tmp_dir / terminal_id, ignore_errors=True)
         self.bus.publish(TerminalSpawned(terminal_id, session))
         if req.wait_ready:
             await self.wait_until_ready(terminal_id)
         return await self.get(terminal_id)
+
+    def _launch_done(self, terminal_id: str) -> None:
+        """The pane has read its launch file (or never will): make sure it is gone."""
+        self._starting.discard(terminal_id)
+        env_file(self.settings.tmp_dir, terminal_id).unlink(missing_ok=True)
 
     async def _default_workdir(self, req: CreateRequest) -> str:
         if req.working_directory is None and req.caller_id is not None:
@@ -181,17 +219,25 @@ class TerminalService:
                 live = await self.backend.current_path(window_id)
                 if live and os.path.isdir(live):
                     return live
-            except NotFound:
-                pass
+            except (NotFound, AgentExited):
+                pass  # the caller is gone: the server's own directory, as without a caller
         return self._working_directory(req.working_directory)
 
     async def wait_until_ready(self, terminal_id: str) -> TerminalStatus:
         """Wait for the agent's first ready state, answering known start-up dialogs.
 
         On failure the terminal is deleted (nothing leaks) and the error names the cause.
+        Either way its launch file is gone afterwards.
         """
+        try:
+            return await self._wait_until_ready(terminal_id)
+        finally:
+            self._launch_done(terminal_id)
+
+    async def _wait_until_ready(self, terminal_id: str) -> TerminalStatus:
         term = await self.store.run(self.store.get_terminal, terminal_id)
-        assert term is not None
+        if term is None:
+            raise WorkerError(f"terminal {terminal_id} was deleted while starting", terminal_id)
         provider = get_provider(term.provider)
         timeout = min(provider.startup_timeout, self.settings.provider_init_timeout)
         loop = asyncio.get_running_loop()
@@ -201,8 +247,8 @@ class TerminalService:
             try:
                 status = await wait_for(self.bus, self.monitor, terminal_id, ready_or_stuck,
                                         max(0.0, deadline - loop.time()))
-            except TerminalVanished:
-                raise WorkerError(f"terminal {terminal_id} was deleted while starting", terminal_id) from None
+            except TerminalVanished as gone:
+                raise WorkerError(f"terminal {terminal_id} was removed while starting ({gone})", terminal_id) from None
             screen = self.monitor.screen(terminal_id)
             if status == TerminalStatus.WAITING_USER_ANSWER and screen is not None and answered < MAX_STARTUP_ANSWERS:
                 keys = provider.answer_startup_dialog(screen)
@@ -214,8 +260,8 @@ class TerminalService:
             if status is not None and status != TerminalStatus.ERROR:
                 return status
             tail = "\n".join(screen.last_nonblank(8)) if screen else ""
-            snap = self.monitor.snapshot(terminal_id)
-            reason = snap[3] if snap else ""
+            view = self.monitor.view(terminal_id)
+            reason = view.reason if view else ""
             await self.delete(terminal_id)
             if status is None:
                 raise WaitTimeout(f"{term.provider} agent did not become ready within {timeout:.0f}s; "
@@ -224,10 +270,18 @@ class TerminalService:
                               f"last screen:\n{tail}", terminal_id)
 
     def spawn_background(self, coro) -> asyncio.Task:
+        """A task nobody awaits: kept referenced, and its failure recorded (never lost)."""
         task = asyncio.get_running_loop().create_task(coro)
         self._background.add(task)
-        task.add_done_callback(self._background.discard)
+        task.add_done_callback(self._background_done)
         return task
+
+    def _background_done(self, task: asyncio.Task) -> None:
+        self._background.discard(task)
+        if not task.cancelled() and task.exception() is not None:
+            exc = task.exception()
+            log.error("background task %s failed", task.get_name(), exc_info=exc)
+            self.bus.record_failure("background", task.get_name(), exc)
 
     # --- input ------------------------------------------------------------------
     async def send_input(self, terminal_id: str, text: str) -> int:
@@ -298,66 +352,86 @@ class TerminalService:
         if term is None:
             raise NotFound(f"terminal {terminal_id} not found")
         window_id = await self.store.run(self.store.window_id, terminal_id)
-        logs = self.settings.terminal_logs_dir
-        logs.mkdir(parents=True, exist_ok=True)
+        logs = private_dir(self.settings.terminal_logs_dir)
         if window_id and not term.gone:
             try:
                 text = await self.backend.capture(window_id, history=True)
-                (logs / f"{terminal_id}.scrollback").write_text(_ANSI.sub("", text), encoding="utf-8")
+                write_private(logs / f"{terminal_id}.scrollback", _ANSI.sub("", text))
             except Exception as exc:  # the window may already be gone; the row still goes
                 log.warning("could not save scrollback of %s: %s", terminal_id, exc)
         snapshot = {"terminal_id": term.id, "session_name": term.session_name, "window_name": term.window_name,
                     "agent_profile": term.agent_profile, "provider": term.provider,
                     "working_directory": term.working_directory, "allowed_tools": term.allowed_tools,
                     "caller_id": term.caller_id}
-        (logs / f"{terminal_id}.snapshot.json").write_text(json.dumps(snapshot, indent=2), encoding="utf-8")
+        write_private(logs / f"{terminal_id}.snapshot.json", json.dumps(snapshot, indent=2))
         await self.backend.unwatch(terminal_id)
-        if window_id:
+        if window_id and not term.gone:
             await self.backend.kill_window(window_id)
         await self.store.run(self.store.delete_terminal, terminal_id)
+        self._remove_files(terminal_id)
+        self.typing.forget(terminal_id)
+        self.bus.publish(TerminalRemoved(terminal_id, "deleted"))
+
+    def _remove_files(self, terminal_id: str) -> None:
         # Generated per-terminal files (launch scripts, settings, the env file) may hold
         # the system prompt or secrets: they go with the terminal.
         shutil.rmtree(self.settings.tmp_dir / terminal_id, ignore_errors=True)
-        (self.settings.tmp_dir / f"{terminal_id}.env").unlink(missing_ok=True)
-        self.typing.forget(terminal_id)
-        self.bus.publish(TerminalRemoved(terminal_id))
+        self._launch_done(terminal_id)
 
     async def restore(self, terminal_id: str) -> dict:
-        """Show a deleted terminal's saved scrollback again, in a plain window."""
+        """Show a deleted terminal's saved scrollback again, in a plain window. Asked
+        again, it shows the same window (tagged with the terminal id), not another one."""
         check_terminal_id(terminal_id)
         logs = self.settings.terminal_logs_dir
         scrollback = logs / f"{terminal_id}.scrollback"
         snapshot_path = logs / f"{terminal_id}.snapshot.json"
         if not scrollback.is_file():
             raise NotFound(f"no saved scrollback for terminal {terminal_id}")
-        snapshot = json.loads(snapshot_path.read_text()) if snapshot_path.is_file() else {}
-        session = snapshot.get("session_name") or f"{SESSION_PREFIX}restored"
+        try:
+            snapshot = json.loads(snapshot_path.read_text()) if snapshot_path.is_file() else {}
+        except ValueError:
+            snapshot = {}
+        tag = f"restored:{terminal_id}"
+        for window in await self.backend.list_windows():
+            if window.tag == tag:
+                if not window.dead:
+                    return self._restored(terminal_id, window.session_name, window.window_name,
+                                          window.window_id, scrollback)
+                await self.backend.kill_window(window.window_id)  # its shell was left: a fresh one
+        session = snapshot.get("session_name")
+        if not isinstance(session, str) or not SAFE_NAME_RE.match(session):
+            session = f"{SESSION_PREFIX}restored"
         new_session = not await self.backend.session_exists(session)
         taken = {w.window_name for w in await self.backend.list_windows() if w.session_name == session}
-        base = f"restored-{snapshot.get('window_name', terminal_id)}"[:58]
+        original = snapshot.get("window_name")
+        base = f"restored-{original if isinstance(original, str) and SAFE_NAME_RE.match(original) else terminal_id}"[:58]
         window = next(name for n in range(1, 1000)
                       if (name := base if n == 1 else f"{base}-{n}") not in taken)
         command = f"cat {_shquote(str(scrollback))}; exec /bin/sh"
         workdir = snapshot.get("working_directory")
-        ref = await self.backend.create_window(terminal_id, session, window,
-                                               workdir if workdir and os.path.isdir(workdir) else os.getcwd(),
-                                               command, new_session, watch=False)
+        if not (isinstance(workdir, str) and os.path.isdir(workdir)):
+            workdir = os.getcwd()
+        ref = await self.backend.create_window(terminal_id, session, window, workdir, command, new_session,
+                                               watch=False, tag=tag)
+        return self._restored(terminal_id, session, window, ref.window_id, scrollback)
+
+    def _restored(self, terminal_id: str, session: str, window: str, window_id: str, scrollback: Path) -> dict:
         return {"terminal_id": terminal_id, "session_name": session, "window_name": window,
-                "window_id": ref.window_id, "scrollback": str(scrollback),
+                "window_id": window_id, "scrollback": str(scrollback),
                 "attach": self.backend.attach_command(session)}
 
-    # --- restart --------------------------------------------------------------------
+    # --- restart and lost servers ----------------------------------------------------
     async def adopt_all(self) -> dict:
         """Re-attach to terminals that survived a server restart; mark the others gone."""
+        sweep_env_files(self.settings.tmp_dir, keep=set(self._starting))
         windows = {w.window_id: w for w in await self.backend.list_windows()}
         adopted, gone = [], []
         for term in await self.store.run(self.store.list_terminals, None):
             window_id = await self.store.run(self.store.window_id, term.id)
             info = windows.get(window_id or "")
             if info is None or info.session_name != term.session_name and info.session_name != "_cao_monitor":
-                await self.store.run(self.store.mark_gone, term.id, "tmux window disappeared while cao-server was down")
+                await self._mark_gone(term.id, "tmux window disappeared while cao-server was down")
                 gone.append(term.id)
-                self.bus.publish(TerminalRemoved(term.id))
                 continue
             provider = get_provider(term.provider)
             self.monitor.watch(term.id, provider, info.width or 220, info.height or 50)
@@ -369,6 +443,27 @@ class TerminalService:
                 self.monitor.resync(term.id)
             adopted.append(term.id)
         return {"adopted": adopted, "gone": gone}
+
+    async def on_backend_lost(self, event: Event) -> None:
+        """The tmux server ended: every agent it ran is gone, and says why."""
+        assert isinstance(event, BackendLost)
+        for term in await self.store.run(self.store.list_terminals, None):
+            await self._mark_gone(term.id, event.reason)
+
+    async def _mark_gone(self, terminal_id: str, reason: str) -> None:
+        await self.store.run(self.store.mark_gone, terminal_id, reason)
+        await self.backend.unwatch(terminal_id)
+        self._remove_files(terminal_id)
+        self.typing.forget(terminal_id)
+        self.bus.publish(TerminalRemoved(terminal_id, reason))
+
+
+def _overlay_live(term: Terminal, view: StatusView | None) -> None:
+    """The monitor's live status over the stored one (written behind it); a gone terminal
+    keeps the stored status that says why it is gone."""
+    if view is not None and not term.gone:
+        term.status, term.status_source = view.status, view.source or term.status_source
+        term.status_reason = view.reason or None
 
 
 def _shquote(text: str) -> str:

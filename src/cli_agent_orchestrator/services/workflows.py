@@ -15,7 +15,9 @@ import secrets
 from typing import Any
 
 from ..bus import EventBus
-from ..errors import CaoError, Conflict, InvalidInput, NotBuilt, NotFound, Unprocessable, WorkflowConflict
+from ..errors import CaoError, Conflict, InvalidInput, NotBuilt, NotFound, StoreBusy, Unprocessable, WorkflowConflict
+from ..auth_token import read_token
+from ..private_files import private_dir, write_private
 from ..settings import Settings
 from ..store import Store
 from ..store.journal import dumps, stamp
@@ -116,10 +118,14 @@ class WorkflowService:
     async def _drive_script(self, drive: Drive, resume: bool) -> None:
         run = await self.store.run(self.journal.get_run, drive.run_id)
         snapshot = self.settings.workflow_runs_dir / drive.run_id / f"{run['workflow_name']}.py"
-        snapshot.parent.mkdir(parents=True, exist_ok=True)
-        snapshot.write_text(run["source"], encoding="utf-8")
+        private_dir(self.settings.workflow_runs_dir)
+        private_dir(snapshot.parent)
+        write_private(snapshot, run["source"])
+        # Through a non-loopback address the server cannot see who the script is: it needs the token.
         env = script_env(run_id=drive.run_id, generation=drive.generation, base_url=self.settings.base_url,
-                         inputs_json=run["inputs_json"], resume=resume)
+                         inputs_json=run["inputs_json"], resume=resume,
+                         auth_token=None if self.settings.base_url_is_loopback
+                         else read_token(self.settings.auth_token_path))
         proc = ScriptProcess(snapshot, env)
         drive.process = proc
         if drive.cancelled:
@@ -131,7 +137,10 @@ class WorkflowService:
             return
         if drive.cancelled:  # cancelled while the process was being spawned
             await proc.stop()
-        await self.store.run(lambda: self.journal.update_run(drive.run_id, driver_pid=proc.pid))
+        try:
+            await self.store.run(lambda: self.journal.update_run(drive.run_id, driver_pid=proc.pid))
+        except StoreBusy as exc:  # the script runs anyway; only a crash-time cleanup loses its pid
+            log.warning("run %s: could not record the script's pid: %s", drive.run_id, exc)
         outcome, timed_out = await proc.wait(self.settings.workflow_script_timeout)
         warnings = list(outcome.warnings)
         # Only a clean exit's sentinel is the run's output: a crashed script's last line

@@ -8,13 +8,14 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import selectors
 import signal
 import subprocess
 import sys
 import threading
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import IO, Any
+from typing import IO, Any, Callable
 
 SENTINEL = b"CAO_WORKFLOW_OUTPUT:"
 TAIL_BYTES = 256 * 1024
@@ -23,6 +24,10 @@ MAX_SENTINEL_BYTES = 1024 * 1024
 STOP_GRACE_S = 5.0
 # After the script exits, how long children it left behind may keep its pipes open.
 PIPE_LINGER_S = 5.0
+# After SIGKILL to the group, how long its pipes may take to close; past that, a process
+# outside the group (one that called setsid) holds them, and cao stops reading.
+KILL_SETTLE_S = 1.0
+READ_CHUNK = 65536
 
 
 @dataclass
@@ -36,9 +41,10 @@ class ScriptOutcome:
 
 
 def script_env(*, run_id: str, generation: int, base_url: str, inputs_json: str,
-               resume: bool) -> dict[str, str]:
+               resume: bool, auth_token: str | None = None) -> dict[str, str]:
     """Exactly what a script gets: its identity, the server address, its inputs, and
-    PATH/HOME. Nothing else of the server's environment leaks into it."""
+    PATH/HOME (plus the server's token when the address is not loopback, where the server
+    cannot know the script's user). Nothing else of the server's environment leaks into it."""
     env = {
         "CAO_WORKFLOW_RUN_ID": run_id,
         "CAO_WORKFLOW_GENERATION": str(generation),
@@ -49,6 +55,8 @@ def script_env(*, run_id: str, generation: int, base_url: str, inputs_json: str,
     }
     if resume:
         env["CAO_WORKFLOW_RESUME"] = "1"
+    if auth_token:
+        env["CAO_AUTH_TOKEN"] = auth_token
     return env
 
 
@@ -96,7 +104,9 @@ class ScriptProcess:
 
     Plain threads read the pipes and wait for the exit: asyncio's subprocess `wait()`
     also waits for the pipes to close, which a child the script left behind can delay
-    forever; here the exit is seen the moment it happens.
+    forever; here the exit is seen the moment it happens. Each reader also watches a
+    stop pipe, so that a run whose pipes a stray process keeps open still ends with its
+    threads and descriptors released.
     """
 
     def __init__(self, path: Path, env: dict[str, str], cwd: Path | None = None):
@@ -104,7 +114,8 @@ class ScriptProcess:
         self.proc: subprocess.Popen | None = None
         self._stdout = _Tail(scan_sentinel=True)
         self._stderr = _Tail(scan_sentinel=False)
-        self._readers: list[threading.Thread] = []
+        self._readers_done: list[asyncio.Event] = []
+        self._stop_pipe: tuple[int, int] | None = None
         self._exited = asyncio.Event()
 
     @property
@@ -118,11 +129,12 @@ class ScriptProcess:
             [sys.executable, str(self.path)], stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
             stderr=subprocess.PIPE, env=self.env, cwd=str(self.cwd) if self.cwd else None,
             start_new_session=True)
+        self._stop_pipe = os.pipe()  # not inherited by children (PEP 446)
         for stream, tail in ((self.proc.stdout, self._stdout), (self.proc.stderr, self._stderr)):
-            reader = threading.Thread(target=_drain, args=(stream, tail), daemon=True,
-                                      name=f"cao-script-{self.proc.pid}")
-            reader.start()
-            self._readers.append(reader)
+            done = asyncio.Event()
+            self._readers_done.append(done)
+            threading.Thread(target=_drain, args=(stream, tail, self._stop_pipe[0], _setter(loop, done)),
+                             daemon=True, name=f"cao-script-{self.proc.pid}").start()
         proc = self.proc
 
         def wait_exit() -> None:
@@ -145,16 +157,33 @@ class ScriptProcess:
             # The script is gone but something it started still holds its stdout or
             # stderr open; the run must not hang on it. End the whole process group.
             _signal_group(self.proc.pid, signal.SIGKILL)
-            await self._pipes_closed(PIPE_LINGER_S)
-            self._stderr.feed(b"\n[cao] processes the script left behind were killed\n")
+            if await self._pipes_closed(KILL_SETTLE_S):
+                note = b"processes the script left behind were killed"
+            else:
+                # Held from another session (setsid), where killpg cannot reach: stop
+                # reading, so that this run leaves no thread or descriptor behind.
+                os.write(self._stop_pipe[1], b"x")
+                await self._pipes_closed(PIPE_LINGER_S)
+                note = (b"a process the script started in a session of its own still holds its "
+                        b"output pipes; cao stopped reading them")
+            self._stderr.feed(b"\n[cao] " + note + b"\n")
+        self._close_stop_pipe()
         return self._outcome(), timed_out
 
     async def _pipes_closed(self, timeout: float) -> bool:
-        loop = asyncio.get_running_loop()
-        deadline = loop.time() + timeout
-        for reader in self._readers:
-            await asyncio.to_thread(reader.join, max(0.0, deadline - loop.time()))
-        return not any(r.is_alive() for r in self._readers)
+        """Whether both readers reached the end of their pipe (or were stopped) in time."""
+        try:
+            await asyncio.wait_for(asyncio.gather(*(done.wait() for done in self._readers_done)), timeout)
+        except asyncio.TimeoutError:
+            return False
+        return True
+
+    def _close_stop_pipe(self) -> None:
+        # Only once no reader selects on it any more; a reader still running keeps it.
+        if self._stop_pipe is not None and all(done.is_set() for done in self._readers_done):
+            for fd in self._stop_pipe:
+                os.close(fd)
+            self._stop_pipe = None
 
     async def stop(self) -> None:
         """SIGTERM the process group, SIGKILL it after the grace period."""
@@ -181,11 +210,42 @@ class ScriptProcess:
         return out
 
 
-def _drain(stream: IO[bytes], tail: _Tail) -> None:
-    while chunk := stream.read1(65536):
-        tail.feed(chunk)
-    tail.close()
-    stream.close()
+def _setter(loop: asyncio.AbstractEventLoop, event: asyncio.Event) -> Callable[[], None]:
+    def set_in_loop() -> None:
+        try:
+            loop.call_soon_threadsafe(event.set)
+        except RuntimeError:  # the loop is closed: the server is stopping, nobody waits
+            pass
+    return set_in_loop
+
+
+def _drain(stream: IO[bytes], tail: _Tail, stop_fd: int, done: Callable[[], None]) -> None:
+    """Read a pipe until its end, or until `stop_fd` becomes readable; then close it."""
+    fd = stream.fileno()
+    try:
+        os.set_blocking(fd, False)
+        with selectors.DefaultSelector() as selector:
+            selector.register(fd, selectors.EVENT_READ)
+            selector.register(stop_fd, selectors.EVENT_READ)
+            while True:
+                ready = {key.fd for key, _ in selector.select()}
+                if stop_fd in ready or (fd in ready and _read_chunk(fd, tail)):
+                    break
+    finally:
+        tail.close()
+        stream.close()
+        done()
+
+
+def _read_chunk(fd: int, tail: _Tail) -> bool:
+    """Feed one chunk of the pipe into `tail` (one per wake-up, so a stop is never starved
+    by a busy writer); True at the pipe's end."""
+    try:
+        chunk = os.read(fd, READ_CHUNK)
+    except BlockingIOError:
+        return False
+    tail.feed(chunk)
+    return not chunk
 
 
 def _signal_group(pid: int, sig: signal.Signals) -> None:

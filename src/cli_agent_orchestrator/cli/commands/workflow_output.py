@@ -21,7 +21,7 @@ REQUEST_TIMEOUT = 30.0  # every non-blocking call
 BLOCKING_TIMEOUT = 8820.0  # blocking run / resume: the server's own wait bound
 STREAM_TIMEOUT = httpx.Timeout(30.0, connect=10.0, read=60.0)  # the server sends a keepalive every 15 s
 MAX_RECONNECTS = 5
-RUN_ID_RE = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
+RUN_ID_RE = re.compile(r"\A[A-Za-z0-9_-]{1,64}\Z")
 STEP_COLUMNS = [("id", "ID"), ("state", "STATE"), ("attempts", "ATTEMPTS"), ("policy", "POLICY"),
                 ("halt_rule", "HALT")]
 
