@@ -26,7 +26,7 @@ STEP_ID_VAR = "CAO_WORKFLOW_STEP_ID"
 RUN_STEP_PATH = "/terminals/run-step"
 # The server's env_vars validator accepts exactly this; checking it here turns a mid-run 422
 # into an error at the call that caused it.
-STEP_ID_RE = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
+STEP_ID_RE = re.compile(r"\A[A-Za-z0-9_-]{1,64}\Z")
 # What run-step waits for the agent when the call gives no timeout (the server's default).
 DEFAULT_STEP_TIMEOUT = 600.0
 # The server holds the request for its ready wait (up to 120 s) + the step timeout + teardown

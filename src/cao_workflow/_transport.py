@@ -12,6 +12,7 @@ import http.client
 import urllib.error
 import urllib.request
 
+from ._auth import auth_headers
 from ._errors import ShimTransportError
 
 
@@ -42,7 +43,7 @@ def post_json(url: str, payload: bytes, socket_timeout: float, fn_name: str) -> 
     """
     request = urllib.request.Request(
         url, data=payload, method="POST",
-        headers={"Content-Type": "application/json", "Accept": "application/json"})
+        headers={"Content-Type": "application/json", "Accept": "application/json", **auth_headers()})
     try:
         response = _direct_opener().open(request, timeout=socket_timeout)
         if response is None:  # no handler took the URL; the caller checked the scheme, so defensive

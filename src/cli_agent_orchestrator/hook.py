@@ -16,6 +16,8 @@ import re
 import select
 import sys
 
+from .auth_token import auth_headers
+
 TIMEOUT_S = 2.0
 MAX_PAYLOAD = 256 * 1024
 
@@ -51,8 +53,12 @@ def main(argv: list[str] | None = None) -> int:
     # consults proxy settings, which must not see localhost traffic.
     try:
         conn = http.client.HTTPConnection(host, int(port), timeout=TIMEOUT_S)
-        conn.request("POST", f"/terminals/{terminal_id}/hooks", body=body,
-                     headers={"Content-Type": "application/json"})
+        # The token where this process can read it; on loopback the server also knows its owner without.
+        headers = {"Content-Type": "application/json",
+                   **auth_headers(os.environ.get("CAO_HOME_DIR"), os.environ.get("CAO_AUTH_TOKEN"))}
+        # The terminal's own secret: the server takes a hook only from the terminal it concerns.
+        headers["X-CAO-Hook-Secret"] = os.environ.get("CAO_HOOK_SECRET", "")
+        conn.request("POST", f"/terminals/{terminal_id}/hooks", body=body, headers=headers)
         conn.getresponse().read()
         conn.close()
     except Exception:  # noqa: BLE001 - a lost hook degrades to screen reading, never to a CLI error

@@ -6,13 +6,19 @@ variables, so an isolated instance is just a different CAO_HOME_DIR and port.
 from __future__ import annotations
 
 import hashlib
+import ipaddress
 import os
 from dataclasses import dataclass
 from pathlib import Path
 
+from .auth_token import TOKEN_FILE_NAME
+
 DEFAULT_HOME = Path("~/.aws/cli-agent-orchestrator").expanduser()
 DEFAULT_HOST = "127.0.0.1"
 DEFAULT_PORT = 9889
+# The largest request body cao-server reads: a 1,000,000-character message fits even
+# when every character is JSON-escaped as \uXXXX (6 MB), with room for the envelope.
+DEFAULT_MAX_BODY_BYTES = 8 * 1024 * 1024
 
 
 def _env_bool(name: str, default: bool) -> bool:
@@ -27,6 +33,14 @@ def _env_float(name: str, default: float) -> float:
         return float(os.environ.get(name, default))
     except ValueError:
         return default
+
+
+def _env_max_body_bytes() -> int:
+    raw = os.environ.get("CAO_MAX_BODY_BYTES", "").strip()
+    try:
+        return int(raw) if raw and int(raw) > 0 else DEFAULT_MAX_BODY_BYTES
+    except ValueError:
+        return DEFAULT_MAX_BODY_BYTES
 
 
 def _env_list(name: str) -> list[str]:
@@ -54,6 +68,14 @@ class Settings:
     output_source: str  # "control" (tmux -C) or "pipe-pane"
     # Wall-clock limit of one workflow-script drive; then SIGTERM, 5 s, SIGKILL.
     workflow_script_timeout: float = 8700.0
+    # CAO_AUTH_TOKEN: the token a client sends instead of reading `auth_token_path` (a
+    # client that cannot read the server's home). The server itself only trusts the file.
+    client_auth_token: str | None = None
+    # One limit for every request body (413 above it); CAO_MAX_BODY_BYTES.
+    max_body_bytes: int = DEFAULT_MAX_BODY_BYTES
+    # How long a statement keeps retrying a database another process holds locked before
+    # the request is answered 503 (status changes are kept and written later, never lost).
+    db_busy_timeout: float = 10.0
 
     @classmethod
     def from_env(cls) -> "Settings":
@@ -82,7 +104,21 @@ class Settings:
             allowed_hosts=_env_list("CAO_ALLOWED_HOSTS"),
             output_source=os.environ.get("CAO_OUTPUT_SOURCE", "control"),
             workflow_script_timeout=_env_float("CAO_WORKFLOW_SCRIPT_TIMEOUT", 8700.0),
+            client_auth_token=os.environ.get("CAO_AUTH_TOKEN") or None,
+            max_body_bytes=_env_max_body_bytes(),
+            db_busy_timeout=max(0.1, _env_float("CAO_DB_BUSY_TIMEOUT", 10.0)),
         )
+
+    @property
+    def base_url_is_loopback(self) -> bool:
+        """Clients on this machine reach the server over loopback (where it knows their user)."""
+        host = self.api_host.strip("[]")
+        if host in ("0.0.0.0", "::", "", "localhost"):
+            return True
+        try:
+            return ipaddress.ip_address(host).is_loopback
+        except ValueError:
+            return False
 
     @property
     def base_url(self) -> str:
@@ -111,6 +147,11 @@ class Settings:
         return self.home_dir / "tmp"
 
     @property
+    def fifo_dir(self) -> Path:
+        """FIFOs of the pipe-pane output source (CAO_OUTPUT_SOURCE=pipe-pane)."""
+        return self.home_dir / "fifos"
+
+    @property
     def agent_store_dir(self) -> Path:
         return self.home_dir / "agent-store"
 
@@ -124,6 +165,11 @@ class Settings:
         return self.home_dir / "workflow-runs"
 
     @property
+    def auth_token_path(self) -> Path:
+        """The bearer token that admits any client (0600, created by the server at start)."""
+        return self.home_dir / TOKEN_FILE_NAME
+
+    @property
     def tmux_socket_name(self) -> str:
         """One tmux server per cao home, so two instances never see each other's agents.
 
@@ -135,7 +181,9 @@ class Settings:
         return f"cao-{digest}"
 
     def ensure_dirs(self) -> None:
-        for path in (self.home_dir, self.db_path.parent, self.terminal_logs_dir, self.tmp_dir,
+        for path in (self.home_dir, self.db_path.parent, self.logs_dir, self.terminal_logs_dir, self.tmp_dir,
                      self.agent_store_dir, self.workflows_dir):
             path.mkdir(parents=True, exist_ok=True)
-        os.chmod(self.home_dir, 0o700)
+        # Only this user may read what cao keeps: prompts, scrollbacks, secrets, the token.
+        for path in (self.home_dir, self.db_path.parent, self.logs_dir, self.terminal_logs_dir, self.tmp_dir):
+            os.chmod(path, 0o700)

@@ -10,6 +10,7 @@ from typing import Any
 import click
 import httpx
 
+from ..auth_token import auth_headers
 from ..settings import Settings
 
 LAUNCH_TIMEOUT = 120.0  # creating a session waits for the agent CLI to become ready
@@ -46,16 +47,19 @@ def describe_detail(detail: Any) -> str:
 
 
 class CaoClient:
-    def __init__(self, base_url: str, timeout: float):
+    def __init__(self, base_url: str, timeout: float, settings: Settings | None = None):
         self.base_url = base_url
         self.timeout = timeout
+        settings = settings or Settings.from_env()
+        # The token where it can be read; without it the server still admits its owner on loopback.
+        headers = auth_headers(settings.home_dir, settings.client_auth_token)
         # trust_env=False: cao-server is local; a user's HTTP(S)_PROXY must not capture its traffic.
-        self._http = httpx.Client(base_url=base_url, timeout=timeout, trust_env=False)
+        self._http = httpx.Client(base_url=base_url, timeout=timeout, trust_env=False, headers=headers)
 
     @classmethod
     def from_env(cls) -> "CaoClient":
         settings = Settings.from_env()
-        return cls(settings.base_url, settings.mcp_request_timeout)
+        return cls(settings.base_url, settings.mcp_request_timeout, settings)
 
     def close(self) -> None:
         self._http.close()

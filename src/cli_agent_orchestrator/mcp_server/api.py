@@ -11,6 +11,9 @@ from typing import Any
 
 import httpx
 
+from ..auth_token import auth_headers
+from ..settings import Settings
+
 
 @dataclass(frozen=True)
 class ApiResponse:
@@ -51,9 +54,12 @@ def describe_detail(detail: Any) -> str:
 
 
 class CaoApi:
-    def __init__(self, base_url: str, timeout: float):
+    def __init__(self, base_url: str, timeout: float, headers: dict[str, str] | None = None):
         self.base_url = base_url
         self.timeout = timeout
+        # The Authorization header; by default from CAO_AUTH_TOKEN or the cao home's token
+        # file, and none when neither can be read (the server still admits its owner on loopback).
+        self.headers = headers
         self._client: httpx.AsyncClient | None = None
 
     def _http(self) -> httpx.AsyncClient:
@@ -63,7 +69,10 @@ class CaoApi:
         # trust_env=False: cao-server is addressed directly; a corporate
         # HTTP(S)_PROXY must not swallow localhost calls.
         if self._client is None:
-            self._client = httpx.AsyncClient(base_url=self.base_url, trust_env=False)
+            if self.headers is None:
+                settings = Settings.from_env()
+                self.headers = auth_headers(settings.home_dir, settings.client_auth_token)
+            self._client = httpx.AsyncClient(base_url=self.base_url, trust_env=False, headers=self.headers)
         return self._client
 
     async def request(self, method: str, path: str, *, params: dict[str, Any] | None = None,

@@ -1,0 +1,140 @@
+"""Who may use cao-server: the user who runs it, and whoever presents its token.
+
+Every HTTP request and WebSocket is checked before anything else runs; nothing is exempt
+(/health shows the home directory). On loopback the kernel names the user behind the
+client's socket (peer.py): the server's own uid needs no credentials, so the owner's
+raw-HTTP scripts keep working, and any other user gets 403. Where the user cannot be known
+(a non-loopback peer, a forwarded request, no answer from the kernel) only
+`Authorization: Bearer <token>` with the token of `<home>/auth-token` admits, else 401.
+"""
+from __future__ import annotations
+
+import hmac
+import json
+import logging
+import os
+import secrets
+import stat
+from dataclasses import dataclass
+from pathlib import Path
+
+from ..auth_token import read_token
+from ..settings import Settings
+from .peer import is_loopback, socket_owner_uid
+
+log = logging.getLogger(__name__)
+
+TOKEN_BYTES = 32  # 256 bits of randomness, 43 urlsafe characters
+OWNER_ONLY = 0o600
+_BEARER = b"bearer "
+# Headers with which a proxy names another client: uvicorn then rewrites scope["client"]
+# (and trusts it from 127.0.0.1 by default), so that address says nothing about the socket.
+_FORWARDING_HEADERS = (b"x-forwarded-for", b"forwarded")
+_TOKEN_HINT = ("send 'Authorization: Bearer <token>' with the token in the auth-token file "
+               "of the server's cao home")
+
+
+@dataclass(frozen=True)
+class Refusal:
+    status: int  # HTTP status; a WebSocket is closed with 4000 + status
+    detail: str
+
+
+def ensure_token(path: Path) -> str:
+    """The server's token: the one in `path`, or a new one written there (0600) when the
+    file is missing or holds no usable token. Kept across restarts."""
+    existing = read_token(path)
+    if existing is not None:
+        mode = stat.S_IMODE(path.stat().st_mode)
+        if mode != OWNER_ONLY:
+            log.warning("%s had mode %o; set to 600 (it admits any client)", path, mode)
+            os.chmod(path, OWNER_ONLY)
+        return existing
+    path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+    token = secrets.token_urlsafe(TOKEN_BYTES)
+    # Written aside, then linked in: a reader never sees a half-written file, and of two
+    # servers starting on one home the second adopts the first one's token.
+    scratch = path.with_name(f".{path.name}.{os.getpid()}")
+    fd = os.open(scratch, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, OWNER_ONLY)
+    try:
+        os.fchmod(fd, OWNER_ONLY)  # the umask may only have narrowed it; make it exact
+        os.write(fd, f"{token}\n".encode("ascii"))
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+    try:
+        os.link(scratch, path)
+    except FileExistsError:
+        adopted = read_token(path)
+        if adopted is not None:
+            return adopted
+        os.replace(scratch, path)  # an unusable file (empty, too short) is replaced
+    finally:
+        scratch.unlink(missing_ok=True)
+    return token
+
+
+class OwnerOrToken:
+    """ASGI middleware: admit the server's own user on loopback, or a valid bearer token."""
+
+    def __init__(self, app, settings: Settings):
+        self.app = app
+        # Built by Starlette on the first ASGI event (lifespan start), so the token file is
+        # created when the server starts, never at import or create_app() time.
+        self.token = ensure_token(settings.auth_token_path).encode("ascii")
+        self.owner_uid = os.geteuid()
+
+    async def __call__(self, scope, receive, send):
+        if scope["type"] in ("http", "websocket"):
+            refusal = self.check(scope)
+            if refusal is not None:
+                client = scope.get("client") or ("?", 0)
+                log.warning("refused %s %s from %s:%s: %s", scope.get("method", "WEBSOCKET"),
+                            scope.get("path", ""), client[0], client[1], refusal.detail)
+                return await _refuse(scope, send, refusal)
+        await self.app(scope, receive, send)
+
+    def check(self, scope) -> Refusal | None:
+        """None to admit, else why not."""
+        headers = scope.get("headers") or []
+        presented = _bearer_token(headers)
+        if presented is not None and hmac.compare_digest(presented, self.token):
+            return None
+        client, server = scope.get("client"), scope.get("server")
+        if not (client and server and is_loopback(client[0])):
+            reason = "the connection is not on loopback"
+        elif any(name in _FORWARDING_HEADERS for name, _ in headers):
+            reason = "a forwarded request does not show who sent it"
+        else:
+            peer_uid = socket_owner_uid((client[0], int(client[1])), (server[0], int(server[1])))
+            if peer_uid == self.owner_uid:
+                return None
+            if peer_uid is not None:
+                return Refusal(403, f"this cao-server belongs to uid {self.owner_uid} and refuses uid "
+                                    f"{peer_uid}: only its owner may use it (its auth-token file admits, "
+                                    "and only the owner can read it)")
+            reason = "the user behind this connection cannot be determined"
+        if presented is not None:
+            return Refusal(401, f"invalid bearer token ({reason}, so a token is required); {_TOKEN_HINT}")
+        return Refusal(401, f"a token is required: {reason}; {_TOKEN_HINT}")
+
+
+def _bearer_token(headers: list[tuple[bytes, bytes]]) -> bytes | None:
+    for name, value in headers:
+        if name == b"authorization":
+            if value[:len(_BEARER)].lower() == _BEARER:
+                return value[len(_BEARER):].strip()
+            return None
+    return None
+
+
+async def _refuse(scope, send, refusal: Refusal) -> None:
+    if scope["type"] == "websocket":
+        await send({"type": "websocket.close", "code": 4000 + refusal.status, "reason": refusal.detail[:120]})
+        return
+    body = json.dumps({"detail": refusal.detail}).encode()
+    headers = [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())]
+    if refusal.status == 401:
+        headers.append((b"www-authenticate", b'Bearer realm="cao-server"'))
+    await send({"type": "http.response.start", "status": refusal.status, "headers": headers})
+    await send({"type": "http.response.body", "body": body})
