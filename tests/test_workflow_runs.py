@@ -471,3 +471,42 @@ def test_compare_and_diagnostics(wf):
     assert diag["spec"]["content_hash"] and [s["id"] for s in diag["steps"]] == ["call-1", "topic-x"]
     assert diag["events"][0]["type"] == "run.started" and diag["events"][-1]["type"] == "run.completed"
     assert wf.client.get("/workflows/runs/run-0000000000000000/diagnostics").status_code == 404
+
+
+def test_setsid_child_holding_the_pipes_leaves_no_thread_or_fd_in_the_server(wf):
+    """A child in a session of its own (killpg cannot reach it) keeps the script's pipes
+    open: the run still ends after the linger period, and cao-server's threads and
+    descriptors return to where they were."""
+    import psutil
+    name = wf.write("setsid_child.py", """
+        import subprocess, sys
+        from cao_workflow import emit_output
+        subprocess.Popen([sys.executable, "-c", "import time; time.sleep(300)"], start_new_session=True)
+        emit_output("done")
+    """)
+    wf.run_ok(wf.write("warm_up.py", "print('CAO_WORKFLOW_OUTPUT:1')\n"))  # lazily made threads exist now
+    server = psutil.Process(wf.server.proc.pid)
+    threads, fds = server.num_threads(), server.num_fds()
+    result = wf.run_ok(name)
+    try:
+        assert result["state"] == "completed" and result["output"] == "done"
+        wait_until(lambda: server.num_threads() <= threads and server.num_fds() <= fds, timeout=20,
+                   message=f"threads back to {threads} and fds back to {fds}")
+    finally:
+        for child in processes_with_env("CAO_WORKFLOW_RUN_ID", result["run_id"]):
+            child.kill()  # the sleeper this test's script started
+    wf.run_ok("warm_up")  # the runner still works
+
+
+def test_non_ascii_inputs_are_measured_as_utf8_bytes(wf):
+    name = wf.write("echo_text.py", """
+        from cao_workflow import emit_output, get_inputs
+        INPUTS = {"text": {"type": "string", "required": True}}
+        emit_output(len(get_inputs()["text"]))
+    """)
+    text = "\u00e9" * 11_000  # 22 KB of UTF-8; 66 KB once \\u-escaped
+    assert wf.run_ok(name, {"text": text})["output"] == 11_000
+    emoji = "\U0001F600" * 5_500  # 22 KB of UTF-8; 66 KB escaped as surrogate pairs
+    assert wf.run_ok(name, {"text": emoji})["output"] == 5_500
+    resp = wf.run(name, {"text": "\u00e9" * 17_000})  # 34 KB of UTF-8: over the 32 KiB cap
+    assert resp.status_code == 400 and "exceed 32768 bytes" in resp.json()["detail"]

@@ -6,13 +6,14 @@ from contextlib import asynccontextmanager
 
 from fastapi import FastAPI, Request
 from fastapi.middleware.cors import CORSMiddleware
-from fastapi.responses import JSONResponse
 
 from .. import __version__
 from ..bootstrap import Runtime, build_runtime
-from ..errors import CaoError
 from ..settings import Settings
+from .auth import OwnerOrToken
+from .errors import EVERY_ROUTE, install_error_handlers
 from .events_stream import router as events_router
+from .limits import BodySizeLimit
 from .routes import router
 from .security import RequestGate, cors_origins
 from .workflow_routes import router as workflow_router
@@ -33,30 +34,39 @@ def create_app(settings: Settings | None = None, runtime: Runtime | None = None)
     app = FastAPI(title="cao", version=__version__, lifespan=lifespan,
                   description="cao-server: run coding-agent CLIs in tmux and orchestrate them.")
 
-    @app.exception_handler(CaoError)
-    async def cao_error(_request: Request, exc: CaoError) -> JSONResponse:
-        return JSONResponse({"detail": exc.detail()}, status_code=exc.http_status)
+    install_error_handlers(app)
 
-    @app.get("/health")
+    @app.get("/health", responses=EVERY_ROUTE)
     async def health(request: Request) -> dict:
+        """`status` is "degraded" (with `reason`) while the tmux server is lost: its agents are
+        gone; the next new terminal starts a new server, and health is "ok" again."""
         runtime: Runtime = request.app.state.runtime
-        return {"status": "ok", "service": "cli-agent-orchestrator", "version": __version__,
-                "terminal_backend": runtime.backend.name,
+        backend = runtime.backend.health()
+        tmux = ("unavailable" if not shutil.which("tmux") else "ok" if backend["status"] == "ok" else "down")
+        body = {"status": "ok" if tmux == "ok" else "degraded", "service": "cli-agent-orchestrator",
+                "version": __version__, "terminal_backend": runtime.backend.name,
                 "home_dir": str(runtime.settings.home_dir),
                 "tmux_socket": runtime.settings.tmux_socket_name,
-                "components": {"cao": "ok", "tmux": "ok" if shutil.which("tmux") else "unavailable"}}
+                "components": {"cao": "ok", "tmux": tmux}}
+        if backend.get("reason"):
+            body["reason"] = backend["reason"]
+        return body
 
-    @app.get("/diagnostics")
+    @app.get("/diagnostics", responses=EVERY_ROUTE)
     async def diagnostics(request: Request) -> dict:
         """Event-bus queues, drops and consumer failures: nothing fails silently."""
         runtime: Runtime = request.app.state.runtime
         return {"subscribers": runtime.bus.stats(),
-                "consumer_failures": [f.__dict__ for f in runtime.bus.failures]}
+                "consumer_failures": [f.__dict__ for f in runtime.bus.failures],
+                "terminals": runtime.monitor.stats()}
 
     app.include_router(router)
     app.include_router(workflow_router)
     app.include_router(events_router)
+    app.add_middleware(BodySizeLimit, max_bytes=settings.max_body_bytes)
     app.add_middleware(CORSMiddleware, allow_origins=cors_origins(settings), allow_credentials=True,
                        allow_methods=["*"], allow_headers=["*"])
     app.add_middleware(RequestGate, settings=settings)
+    # Outermost: a stranger is refused before any other gate or route sees the request.
+    app.add_middleware(OwnerOrToken, settings=settings)
     return app

@@ -14,10 +14,17 @@ from fastapi.responses import StreamingResponse
 
 from ..errors import InvalidInput
 from ..events import Event
+from .errors import EVERY_ROUTE, answers
+from .limits import StrictJsonRoute
 
-router = APIRouter()
-_PATTERN = re.compile(r"^[A-Za-z0-9_*#-]+(\.[A-Za-z0-9_*#-]+)*$")
+router = APIRouter(route_class=StrictJsonRoute, responses=EVERY_ROUTE)
+_PATTERN = re.compile(r"\A[A-Za-z0-9_*#-]+(\.[A-Za-z0-9_*#-]+)*\Z")
 KEEPALIVE_S = 15.0
+# How OpenAPI (3.2's `itemSchema`, as FastAPI writes it) describes one event of cao's streams.
+SSE_CONTENT = {"text/event-stream": {"itemSchema": {
+    "type": "object", "required": ["data"],
+    "properties": {"event": {"type": "string"}, "id": {"type": "string"},
+                   "data": {"type": "string", "contentMediaType": "application/json"}}}}}
 
 
 def event_json(event: Event) -> dict:
@@ -28,7 +35,9 @@ def event_json(event: Event) -> dict:
     return body
 
 
-@router.get("/events")
+@router.get("/events", response_class=StreamingResponse, responses={
+    200: {"description": "Server-Sent Events, one per bus event", "content": SSE_CONTENT},
+    **answers(422)})
 async def events(request: Request, pattern: str = Query("terminal.*.status", max_length=200)) -> StreamingResponse:
     """Follow events whose topic matches `pattern` (`*` one segment, `#` the rest)."""
     if not _PATTERN.match(pattern):

@@ -9,7 +9,7 @@ import os
 import shutil
 from typing import Annotated, Literal
 
-from fastapi import APIRouter, Body, Path, Query, Request, status
+from fastapi import APIRouter, Body, Header, Path, Query, Request, status
 from pydantic import BaseModel, ConfigDict, Field
 
 from ..errors import InvalidInput, Unprocessable
@@ -19,11 +19,26 @@ from ..providers.registry import get_provider, provider_names
 from ..services.orchestration import StepRequest
 from ..services.terminals import CreateRequest
 from ..services.workflow_steps import parse_identity
-from .schemas import MAX_TEXT, InboxMessageOut, InboxPost, InitialMessage, InputBody, KeyBody, TerminalOut
+from .errors import EVERY_ROUTE, answers
+from .limits import StrictJsonRoute
+from .schemas import (MAX_NAME, MAX_PATH, MAX_TEXT, InboxMessageOut, InboxPost, InitialMessage, InputBody,
+                      KeyBody, TerminalOut)
 
-router = APIRouter()
+router = APIRouter(route_class=StrictJsonRoute, responses=EVERY_ROUTE)
 
 TerminalId = Annotated[str, Path(pattern=r"^[a-f0-9]{8}$", description="8 lowercase hex characters")]
+SessionName = Annotated[str, Path(max_length=MAX_NAME)]
+# Query parameters of the create routes; the service checks the content, these bound the size.
+Profile = Annotated[str, Query(max_length=MAX_NAME)]
+Name = Annotated[str | None, Query(max_length=MAX_NAME)]
+WorkingDirectory = Annotated[str | None, Query(max_length=MAX_PATH)]
+ToolList = Annotated[str | None, Query(max_length=MAX_PATH, description="comma-separated tool names")]
+CallerId = Annotated[str | None, Query(pattern=r"^[a-f0-9]{8}$")]
+# Error statuses by what a route does (400, 401, 403 and 413 come with every route; 503 with every
+# route that uses the database).
+LISTS = answers(503)
+ABOUT_ONE = answers(404, 422, 503)  # one named session or terminal
+CREATES = answers(404, 422, 502, 503, 504)
 
 
 def rt(request: Request):
@@ -62,10 +77,10 @@ async def _create(request: Request, req: CreateRequest, body: InitialMessage | N
 
 
 # --- sessions -----------------------------------------------------------------------
-@router.post("/sessions", status_code=status.HTTP_201_CREATED, response_model=TerminalOut)
-async def create_session(request: Request, agent_profile: str, provider: str | None = None,
-                         session_name: str | None = None, working_directory: str | None = None,
-                         allowed_tools: str | None = None, model: str | None = None, yolo: bool = False,
+@router.post("/sessions", status_code=status.HTTP_201_CREATED, response_model=TerminalOut, responses=CREATES)
+async def create_session(request: Request, agent_profile: Profile, provider: Name = None,
+                         session_name: Name = None, working_directory: WorkingDirectory = None,
+                         allowed_tools: ToolList = None, model: Name = None, yolo: bool = False,
                          body: Annotated[InitialMessage | None, Body()] = None) -> TerminalOut:
     req = CreateRequest(agent_profile=agent_profile, provider=provider, session_name=session_name,
                         new_session=True, working_directory=working_directory,
@@ -73,28 +88,28 @@ async def create_session(request: Request, agent_profile: str, provider: str | N
     return await _create(request, req, body)
 
 
-@router.get("/sessions")
+@router.get("/sessions", responses=LISTS)
 async def list_sessions(request: Request) -> list[dict]:
     return await rt(request).sessions.list()
 
 
-@router.get("/sessions/{session_name}")
-async def get_session(request: Request, session_name: str) -> dict:
+@router.get("/sessions/{session_name}", responses=ABOUT_ONE)
+async def get_session(request: Request, session_name: SessionName) -> dict:
     session, terms = await rt(request).sessions.get(session_name)
     return {"session": session, "terminals": [TerminalOut.of(t).model_dump() for t in terms]}
 
 
-@router.delete("/sessions/{session_name}")
-async def delete_session(request: Request, session_name: str) -> dict:
+@router.delete("/sessions/{session_name}", responses=ABOUT_ONE)
+async def delete_session(request: Request, session_name: SessionName) -> dict:
     return await rt(request).sessions.delete(session_name)
 
 
 @router.post("/sessions/{session_name}/terminals", status_code=status.HTTP_201_CREATED,
-             response_model=TerminalOut)
-async def create_terminal(request: Request, session_name: str, agent_profile: str,
-                          provider: str | None = None, working_directory: str | None = None,
-                          allowed_tools: str | None = None, caller_id: str | None = None,
-                          defer_init: bool = False, model: str | None = None, yolo: bool = False,
+             response_model=TerminalOut, responses=CREATES)
+async def create_terminal(request: Request, session_name: SessionName, agent_profile: Profile,
+                          provider: Name = None, working_directory: WorkingDirectory = None,
+                          allowed_tools: ToolList = None, caller_id: CallerId = None,
+                          defer_init: bool = False, model: Name = None, yolo: bool = False,
                           body: Annotated[InitialMessage | None, Body()] = None) -> TerminalOut:
     if body and body.initial_message is not None and not defer_init:
         raise InvalidInput("initial_message is only accepted with defer_init=true")
@@ -105,8 +120,8 @@ async def create_terminal(request: Request, session_name: str, agent_profile: st
     return await _create(request, req, body)
 
 
-@router.get("/sessions/{session_name}/terminals", response_model=list[TerminalOut])
-async def list_session_terminals(request: Request, session_name: str) -> list[TerminalOut]:
+@router.get("/sessions/{session_name}/terminals", response_model=list[TerminalOut], responses=ABOUT_ONE)
+async def list_session_terminals(request: Request, session_name: SessionName) -> list[TerminalOut]:
     session, terms = await rt(request).sessions.get(session_name)
     return [TerminalOut.of(t) for t in terms]
 
@@ -124,57 +139,58 @@ async def list_providers() -> list[dict]:
 
 
 # --- terminals ----------------------------------------------------------------------
-@router.get("/terminals", response_model=list[TerminalOut])
+@router.get("/terminals", response_model=list[TerminalOut], responses=LISTS)
 async def list_terminals(request: Request) -> list[TerminalOut]:
     return [TerminalOut.of(t) for t in await rt(request).terminals.list()]
 
 
-@router.get("/terminals/{terminal_id}", response_model=TerminalOut)
+@router.get("/terminals/{terminal_id}", response_model=TerminalOut, responses=ABOUT_ONE)
 async def get_terminal(request: Request, terminal_id: TerminalId) -> TerminalOut:
     return TerminalOut.of(await rt(request).terminals.get(terminal_id))
 
 
-@router.post("/terminals/{terminal_id}/input")
+@router.post("/terminals/{terminal_id}/input", responses={**ABOUT_ONE, **answers(409)})
 async def send_input(request: Request, terminal_id: TerminalId,
                      message: Annotated[str | None, Query(max_length=MAX_TEXT)] = None,
-                     sender_id: str | None = None, orchestration_type: OrchestrationType | None = None,
+                     sender_id: Annotated[str | None, Query(max_length=128)] = None,
+                     orchestration_type: OrchestrationType | None = None,
                      body: Annotated[InputBody | None, Body()] = None) -> dict:
     text = _text(body.message if body else None, message)
     turn = await rt(request).terminals.send_input(terminal_id, text)
     return {"success": True, "turn": turn}
 
 
-@router.post("/terminals/{terminal_id}/key")
-async def send_key(request: Request, terminal_id: TerminalId, key: str | None = None,
+@router.post("/terminals/{terminal_id}/key", responses=ABOUT_ONE)
+async def send_key(request: Request, terminal_id: TerminalId, key: Annotated[str | None, Query(max_length=16)] = None,
                    body: Annotated[KeyBody | None, Body()] = None) -> dict:
     await rt(request).terminals.send_key(terminal_id, _text(body.key if body else None, key, "key"))
     return {"success": True}
 
 
-@router.get("/terminals/{terminal_id}/output")
+@router.get("/terminals/{terminal_id}/output", responses={**ABOUT_ONE, **answers(409)})
 async def get_output(request: Request, terminal_id: TerminalId,
                      mode: Annotated[str, Query(pattern="^(full|last)$")] = "full") -> dict:
     return {"output": await rt(request).terminals.output(terminal_id, mode), "mode": mode}
 
 
-@router.get("/terminals/{terminal_id}/working-directory")
+@router.get("/terminals/{terminal_id}/working-directory", responses=ABOUT_ONE)
 async def get_working_directory(request: Request, terminal_id: TerminalId) -> dict:
     return {"working_directory": await rt(request).terminals.working_directory(terminal_id)}
 
 
-@router.post("/terminals/{terminal_id}/exit")
+@router.post("/terminals/{terminal_id}/exit", responses={**ABOUT_ONE, **answers(409)})
 async def exit_terminal(request: Request, terminal_id: TerminalId) -> dict:
     await rt(request).terminals.exit(terminal_id)
     return {"success": True}
 
 
-@router.delete("/terminals/{terminal_id}")
+@router.delete("/terminals/{terminal_id}", responses=ABOUT_ONE)
 async def delete_terminal(request: Request, terminal_id: TerminalId) -> dict:
     await rt(request).terminals.delete(terminal_id)
     return {"success": True}
 
 
-@router.post("/terminals/{terminal_id}/restore")
+@router.post("/terminals/{terminal_id}/restore", responses=ABOUT_ONE)
 async def restore_terminal(request: Request, terminal_id: TerminalId) -> dict:
     return await rt(request).terminals.restore(terminal_id)
 
@@ -185,20 +201,20 @@ class HookBody(BaseModel):
     payload: dict = Field(default_factory=dict)
 
 
-@router.post("/terminals/{terminal_id}/hooks")
-async def post_hook(request: Request, terminal_id: TerminalId, body: HookBody) -> dict:
-    """A CLI's own hook event (sent by `cao-hook`); the provider maps it to a status."""
+@router.post("/terminals/{terminal_id}/hooks", responses=ABOUT_ONE)
+async def post_hook(request: Request, terminal_id: TerminalId, body: HookBody,
+                    x_cao_hook_secret: Annotated[str | None, Header(max_length=128)] = None) -> dict:
+    """A CLI's own hook event, sent by `cao-hook` with the terminal's secret (header
+    `X-CAO-Hook-Secret`, from CAO_HOOK_SECRET in the agent's environment; 403 without it).
+    The status monitor alone decides what it means, in order with the input before it."""
     runtime = rt(request)
-    await runtime.terminals.get(terminal_id)  # 404 for unknown terminals
-    provider = runtime.monitor.provider_of(terminal_id)
-    reading = provider.status_from_hook(body.event, body.payload) if provider else None
-    # Applied by the status monitor, in order with the input events before it.
+    await runtime.terminals.check_hook_secret(terminal_id, x_cao_hook_secret)
     runtime.bus.publish(HookReceived(terminal_id, body.event, body.payload))
-    return {"success": True, "status": reading.status.value if reading else None}
+    return {"success": True}
 
 
 # --- inbox --------------------------------------------------------------------------
-@router.post("/terminals/{receiver_id}/inbox/messages")
+@router.post("/terminals/{receiver_id}/inbox/messages", responses=ABOUT_ONE)
 async def post_inbox_message(request: Request, receiver_id: TerminalId,
                              sender_id: Annotated[str | None, Query(max_length=128)] = None,
                              message: Annotated[str | None, Query(max_length=MAX_TEXT)] = None,
@@ -212,10 +228,11 @@ async def post_inbox_message(request: Request, receiver_id: TerminalId,
             "receiver_id": msg.receiver_id, "created_at": msg.created_at}
 
 
-@router.get("/terminals/{terminal_id}/inbox/messages", response_model=list[InboxMessageOut])
+@router.get("/terminals/{terminal_id}/inbox/messages", response_model=list[InboxMessageOut],
+            responses=ABOUT_ONE)
 async def list_inbox_messages(request: Request, terminal_id: TerminalId,
                               limit: Annotated[int, Query(ge=1, le=1000)] = 10,
-                              status: str | None = None) -> list[InboxMessageOut]:
+                              status: Annotated[str | None, Query(max_length=16)] = None) -> list[InboxMessageOut]:
     wanted = None
     if status is not None:
         try:
@@ -231,22 +248,22 @@ class RunStepBody(BaseModel):
     the workflow journal and the resume gate; without, it simply runs."""
 
     model_config = ConfigDict(extra="forbid")
-    provider: str | None = None
+    provider: str | None = Field(None, max_length=MAX_NAME)
     agent: str = Field(..., min_length=1, max_length=64)
     prompt: str = Field(..., min_length=1, max_length=MAX_TEXT)
-    session_name: str | None = None
+    session_name: str | None = Field(None, max_length=MAX_NAME)
     teardown: bool = True
-    timeout: float = Field(600.0, gt=0, le=86400)
-    working_directory: str | None = None
+    timeout: float = Field(600.0, gt=0, le=86400, allow_inf_nan=False)
+    working_directory: str | None = Field(None, max_length=MAX_PATH)
     caller_id: str | None = Field(None, pattern=r"^[a-f0-9]{8}$")
-    allowed_tools: list[str] | None = None
-    model: str | None = None
+    allowed_tools: list[Annotated[str, Field(max_length=MAX_PATH)]] | None = Field(None, max_length=256)
+    model: str | None = Field(None, max_length=MAX_NAME)
     env_vars: dict[str, object] | None = None  # checked by parse_identity, values never echoed
     recovery: Literal["idempotent", "reconcile", "manual"] | None = None
     reuse_terminal_id: str | None = Field(None, pattern=r"^[a-f0-9]{8}$")
 
 
-@router.post("/terminals/run-step")
+@router.post("/terminals/run-step", responses={**CREATES, **answers(409)})
 async def run_step(request: Request, body: RunStepBody) -> dict:
     fields = body.model_dump(exclude={"env_vars", "recovery"})
     if body.env_vars is None:

@@ -6,6 +6,8 @@ from pydantic import BaseModel, ConfigDict, Field
 from ..models import InboxMessage, OrchestrationType, Terminal
 
 MAX_TEXT = 1_000_000  # characters in one message; a 100 KB task is routine
+MAX_PATH = 4096  # characters in a path (PATH_MAX on Linux)
+MAX_NAME = 128  # a profile, provider, model or session name (the services allow at most 128)
 
 
 class TerminalOut(BaseModel):

@@ -8,6 +8,7 @@ never shadow them.
 from __future__ import annotations
 
 import json
+import re
 from typing import Annotated, Any, AsyncIterator, Literal
 
 from fastapi import APIRouter, Header, Path, Query, Request, Response, status
@@ -16,13 +17,27 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from ..errors import InvalidInput, NotFound
 from ..services.workflow_state import FINAL_EVENTS
-from ..workflows.inputs import MAX_INPUTS_BYTES
+from ..workflows.inputs import MAX_INPUTS_BYTES, inputs_size
+from .errors import EVERY_ROUTE, answers
+from .events_stream import SSE_CONTENT
+from .limits import StrictJsonRoute
+from .schemas import MAX_PATH
 
-router = APIRouter(prefix="/workflows", tags=["workflows"])
+router = APIRouter(prefix="/workflows", tags=["workflows"], route_class=StrictJsonRoute, responses=EVERY_ROUTE)
 
 RunId = Annotated[str, Path(max_length=64, description="run id: 1-64 of [A-Za-z0-9_-]")]
+SpecName = Annotated[str, Path(max_length=64, description="workflow name: 1-64 of [A-Za-z0-9_-]")]
+# Error statuses by what a route does (400, 401, 403 and 413 come with every route; 503 with every
+# route that uses the database, i.e. all but the spec catalogue's).
+READS_RUN = answers(404, 422, 503)
+STARTS_RUN = answers(404, 409, 422, 501, 503)
+CHANGES_RUN = answers(404, 409, 422, 503)
+SSE_OR_JSON = {200: {"description": "A batch of events (JSON), or with `stream=true` / "
+                                    "`Accept: text/event-stream` a Server-Sent Events follow",
+                     "content": SSE_CONTENT}}
 KEEPALIVE_S = 15.0
 EVENTS_PAGE = 500
+MAX_SEQ = 2**63 - 1  # SQLite's largest INTEGER: a larger `after_seq` cannot even be compared
 BLOCKING_WAIT_S = 8820.0
 
 
@@ -32,7 +47,7 @@ def service(request: Request):
 
 class RunBody(BaseModel):
     model_config = ConfigDict(extra="forbid")
-    name_or_path: str = Field(..., min_length=1, max_length=4096)
+    name_or_path: str = Field(..., min_length=1, max_length=MAX_PATH)
     inputs: dict[str, Any] = Field(default_factory=dict)
     run_id: str | None = Field(None, max_length=64)
 
@@ -45,7 +60,7 @@ class ResumeBody(BaseModel):
 
 class ValidateBody(BaseModel):
     model_config = ConfigDict(extra="forbid")
-    path: str | None = Field(None, max_length=4096)
+    path: str | None = Field(None, max_length=MAX_PATH)
     source: str | None = Field(None, max_length=256 * 1024)
     tier: Literal["script", "yaml"] | None = None
 
@@ -64,14 +79,14 @@ def _links(run_id: str) -> dict[str, str]:
 
 
 def _check_inputs_size(inputs: dict[str, Any]) -> None:
-    # A cheap guard before any parsing work. The exact 32 KiB cap applies to the
-    # resolved inputs (paths made absolute, defaults added) in validate_inputs.
-    if len(json.dumps(inputs, default=str).encode("utf-8")) > MAX_INPUTS_BYTES * 2:
+    # A cheap guard before any parsing work, measured like the exact 32 KiB cap that
+    # validate_inputs applies to the resolved inputs (paths made absolute, defaults added).
+    if inputs_size(inputs) > MAX_INPUTS_BYTES * 2:
         raise InvalidInput(f"workflow inputs exceed {MAX_INPUTS_BYTES} bytes")
 
 
 # --- specs that need no name --------------------------------------------------------------
-@router.post("/validate")
+@router.post("/validate", responses=answers(404, 422))
 async def validate(request: Request, body: ValidateBody) -> dict:
     """Lint a script or check a YAML spec: a file in the workflow directory (`path`) or
     text (`source` + `tier`). Answers 200 with status `fail` for an invalid spec."""
@@ -84,7 +99,7 @@ async def list_specs(request: Request) -> list[dict]:
 
 
 # --- runs -----------------------------------------------------------------------------------
-@router.post("/runs")
+@router.post("/runs", responses=STARTS_RUN)
 async def run_blocking(request: Request, body: RunBody) -> dict:
     """Start a run and answer when it ends, with its output."""
     _check_inputs_size(body.inputs)
@@ -94,7 +109,7 @@ async def run_blocking(request: Request, body: RunBody) -> dict:
     return await svc.result(drive.run_id)
 
 
-@router.post("/runs:submit", status_code=status.HTTP_202_ACCEPTED)
+@router.post("/runs:submit", status_code=status.HTTP_202_ACCEPTED, responses=STARTS_RUN)
 async def run_submit(request: Request, body: RunBody) -> dict:
     """Start a run and answer at once; the run is journaled before this returns."""
     _check_inputs_size(body.inputs)
@@ -102,25 +117,25 @@ async def run_submit(request: Request, body: RunBody) -> dict:
     return {"run_id": drive.run_id, "state": "running", "links": _links(drive.run_id)}
 
 
-@router.get("/runs")
-async def list_runs(request: Request, state: str | None = None,
+@router.get("/runs", responses=answers(422, 503))
+async def list_runs(request: Request, state: Annotated[str | None, Query(max_length=16)] = None,
                     limit: Annotated[int, Query(ge=1, le=500)] = 50) -> list[dict]:
     return await service(request).list_runs(state, limit)
 
 
-@router.get("/runs/{run_id}")
+@router.get("/runs/{run_id}", responses=READS_RUN)
 async def run_status(request: Request, run_id: RunId) -> dict:
     return await service(request).status(run_id)
 
 
-@router.get("/runs/{run_id}/result")
+@router.get("/runs/{run_id}/result", responses=READS_RUN)
 async def run_result(request: Request, run_id: RunId) -> dict:
     return await service(request).result(run_id)
 
 
-@router.get("/runs/{run_id}/wait")
+@router.get("/runs/{run_id}/wait", responses=READS_RUN)
 async def run_wait(request: Request, run_id: RunId,
-                   timeout: Annotated[float, Query(ge=0, le=3600)] = 60.0) -> dict:
+                   timeout: Annotated[float, Query(ge=0, le=3600, allow_inf_nan=False)] = 60.0) -> dict:
     """Long-poll: answers when the run's drive ends or after `timeout` seconds
     (`finished: false`); driven by the drive's end, not by polling."""
     svc = service(request)
@@ -128,25 +143,25 @@ async def run_wait(request: Request, run_id: RunId,
     return {"finished": finished, **await svc.status(run_id)}
 
 
-@router.get("/runs/{run_id}/compare")
+@router.get("/runs/{run_id}/compare", responses=READS_RUN)
 async def run_compare(request: Request, run_id: RunId, against: Annotated[str, Query(max_length=64)]) -> dict:
     """This run (the baseline) next to run `against`, step by step."""
     return await service(request).compare(run_id, against)
 
 
-@router.get("/runs/{run_id}/diagnostics")
+@router.get("/runs/{run_id}/diagnostics", responses=READS_RUN)
 async def run_diagnostics(request: Request, run_id: RunId) -> dict:
     """Everything about one run worth attaching to a bug report (credential-like inputs masked)."""
     return await service(request).diagnostics(run_id)
 
 
-@router.post("/runs/{run_id}/cancel")
+@router.post("/runs/{run_id}/cancel", responses=CHANGES_RUN)
 async def run_cancel(request: Request, run_id: RunId) -> dict:
     await service(request).cancel(run_id)
     return {"success": True, "run_id": run_id}
 
 
-@router.post("/runs/{run_id}/resume")
+@router.post("/runs/{run_id}/resume", responses={**CHANGES_RUN, 202: {"description": "Resumed (`wait: false`)"}})
 async def run_resume(request: Request, run_id: RunId, body: ResumeBody | None = None) -> Response:
     """Re-drive a run from the top with a new generation; `decisions` grant one attempt
     each for halted steps. Blocks until the drive ends unless `wait` is false (202)."""
@@ -160,28 +175,29 @@ async def run_resume(request: Request, run_id: RunId, body: ResumeBody | None = 
     return JSONResponse(await svc.result(run_id))
 
 
-@router.delete("/runs/{run_id}", status_code=status.HTTP_204_NO_CONTENT)
+@router.delete("/runs/{run_id}", status_code=status.HTTP_204_NO_CONTENT,
+                responses=answers(409, 422, 503))
 async def run_delete(request: Request, run_id: RunId) -> Response:
     await service(request).delete_run(run_id)
     return Response(status_code=status.HTTP_204_NO_CONTENT)
 
 
-@router.post("/runs/{run_id}/steps/{step_id}/output")
+@router.post("/runs/{run_id}/steps/{step_id}/output", responses=CHANGES_RUN)
 async def step_output(request: Request, run_id: RunId, step_id: Annotated[str, Path(max_length=64)],
                       body: StepOutputBody) -> dict:
     """Structured output for a step (MCP `workflow_return` from the step's agent)."""
     return await service(request).record_step_output(run_id, step_id, body.output, body.generation)
 
 
-@router.get("/runs/{run_id}/events")
+@router.get("/runs/{run_id}/events", responses={**SSE_OR_JSON, **answers(422, 503)})
 async def run_events(request: Request, run_id: RunId,
-                     after_seq: Annotated[int, Query(ge=0)] = 0,
+                     after_seq: Annotated[int, Query(ge=0, le=MAX_SEQ)] = 0,
                      limit: Annotated[int, Query(ge=1, le=EVENTS_PAGE)] = EVENTS_PAGE,
                      stream: bool = False, accept: Annotated[str | None, Header()] = None,
                      last_event_id: Annotated[str | None, Header()] = None) -> Response:
     """The run's timeline after `after_seq`: a batch, or (with `stream=true` or
     `Accept: text/event-stream`) a live follow that ends when the drive ends."""
-    if last_event_id and last_event_id.isdigit():
+    if last_event_id and re.fullmatch(r"[0-9]{1,18}", last_event_id):  # else ignored, as SSE allows
         after_seq = max(after_seq, int(last_event_id))
     svc = service(request)
     journal = svc.journal
@@ -240,12 +256,12 @@ async def _follow(request: Request, svc: Any, run_id: str, after_seq: int) -> As
 
 
 # --- one spec by name (after the /runs routes) ------------------------------------------------
-@router.get("/{name}")
-async def get_spec(request: Request, name: str) -> dict:
+@router.get("/{name}", responses=answers(404, 409, 422))
+async def get_spec(request: Request, name: SpecName) -> dict:
     return service(request).catalog.get(name)
 
 
-@router.delete("/{name}")
-async def delete_spec(request: Request, name: str) -> dict:
+@router.delete("/{name}", responses=answers(404, 409, 422))
+async def delete_spec(request: Request, name: SpecName) -> dict:
     spec = service(request).catalog.delete(name)
     return {"success": True, "name": spec.name}

@@ -24,7 +24,7 @@ log = logging.getLogger(__name__)
 
 RUN_ID_VAR, GENERATION_VAR, STEP_ID_VAR = "CAO_WORKFLOW_RUN_ID", "CAO_WORKFLOW_GENERATION", "CAO_WORKFLOW_STEP_ID"
 IDENTITY_VARS = (RUN_ID_VAR, GENERATION_VAR, STEP_ID_VAR)
-ID_RE = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
+ID_RE = re.compile(r"\A[A-Za-z0-9_-]{1,64}\Z")
 # A stored reply beyond this is kept truncated, and the step then counts as lossy.
 MAX_ENVELOPE_BYTES = 1024 * 1024
 
@@ -53,7 +53,7 @@ def parse_identity(env_vars: dict[str, object]) -> StepIdentity:
     if not ID_RE.fullmatch(str(env_vars[STEP_ID_VAR])):
         raise Unprocessable(f"{STEP_ID_VAR} must be 1-64 of [A-Za-z0-9_-] (no ':' or spaces)")
     generation = str(env_vars[GENERATION_VAR])
-    if not generation.isdigit() or len(generation) > 12:
+    if not re.fullmatch(r"[0-9]{1,12}", generation):  # ASCII digits: str.isdigit() also takes "²"
         raise Unprocessable(f"{GENERATION_VAR} must be a positive integer")
     return StepIdentity(str(env_vars[RUN_ID_VAR]), str(env_vars[GENERATION_VAR]), str(env_vars[STEP_ID_VAR]))
 

@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import InvalidInput
+from .specs import check_path_text
 
 INPUT_TYPES = ("string", "int", "bool", "path")
 SPEC_FIELDS = frozenset({"type", "required", "default"})
@@ -124,7 +125,7 @@ def validate_inputs(declared: Mapping[str, Mapping[str, Any]], supplied: Mapping
         if not _has_type(value, spec["type"]):
             raise InputError(f"input '{name}' must be of type {spec['type']}, got {_json_type(value)}")
         resolved[name] = _resolve_path(name, value, base_dir) if spec["type"] == "path" else value
-    if len(encode_inputs(resolved).encode("utf-8")) > MAX_INPUTS_BYTES:
+    if inputs_size(resolved) > MAX_INPUTS_BYTES:
         raise InputError(f"workflow inputs exceed {MAX_INPUTS_BYTES} bytes")
     return resolved
 
@@ -132,6 +133,17 @@ def validate_inputs(declared: Mapping[str, Mapping[str, Any]], supplied: Mapping
 def encode_inputs(resolved: Mapping[str, Any]) -> str:
     """The compact JSON carried in CAO_WORKFLOW_INPUTS — the same text the size cap measures."""
     return json.dumps(dict(resolved), separators=(",", ":"), ensure_ascii=False)
+
+
+def inputs_size(inputs: Mapping[str, Any]) -> int:
+    """UTF-8 bytes of `encode_inputs`: what the 32 KiB cap counts (and the API's cheap
+    guard before resolving), so non-ASCII text counts as sent, not as \\u-escapes."""
+    try:
+        return len(encode_inputs(inputs).encode("utf-8"))
+    except UnicodeEncodeError:
+        raise InputError("workflow inputs hold text that is not valid Unicode (a lone surrogate)") from None
+    except (TypeError, ValueError) as exc:
+        raise InputError(f"workflow inputs must be JSON values: {exc}") from None
 
 
 def coerce_cli_value(raw: str, declared_type: str | None) -> Any:
@@ -170,12 +182,16 @@ def _json_type(value: object) -> str:
 def _resolve_path(name: str, value: str, base_dir: Path | None) -> str:
     if not value.strip():
         raise InputError(f"input '{name}' must be a directory path, got an empty string")
-    path = Path(value).expanduser()
-    if not path.is_absolute():
-        path = (base_dir or Path.cwd()) / path
     try:
+        check_path_text(value, f"input '{name}'")
+    except InvalidInput as exc:
+        raise InputError(str(exc)) from None
+    try:
+        path = Path(value).expanduser()
+        if not path.is_absolute():
+            path = (base_dir or Path.cwd()) / path
         path = path.resolve(strict=True)
-    except (OSError, RuntimeError):  # missing, unreadable, or a symlink loop
+    except (OSError, RuntimeError):  # missing, unreadable, `~user` unknown, or a symlink loop
         raise InputError(f"input '{name}': {value!r} is not an existing directory") from None
     if not path.is_dir():
         raise InputError(f"input '{name}': {value!r} is not an existing directory")

@@ -5,6 +5,7 @@ name means. A script `<name>.py` is found by its stem, a YAML spec by its `name:
 from __future__ import annotations
 
 import hashlib
+import os
 import re
 from dataclasses import dataclass
 from datetime import datetime, timezone
@@ -14,13 +15,16 @@ import yaml
 
 from ..errors import Conflict, InvalidInput, NotFound
 
-NAME_RE = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
+NAME_RE = re.compile(r"\A[A-Za-z0-9_-]{1,64}\Z")
 SCRIPT_SUFFIXES = (".py",)
 YAML_SUFFIXES = (".yaml", ".yml")
 MAX_SOURCE_BYTES = 256 * 1024
 # `/workflows/runs` and `/workflows/validate` are routes; a spec by those names could be
 # run but never fetched or deleted by name, so the names are refused.
 RESERVED_NAMES = frozenset({"runs", "validate"})
+# Linux's PATH_MAX and NAME_MAX: no file has a longer path or a longer name in it.
+MAX_PATH_BYTES = 4096
+MAX_NAME_BYTES = 255
 
 
 @dataclass(frozen=True)
@@ -42,6 +46,22 @@ class SpecFile:
 
 def content_hash(source: str) -> str:
     return hashlib.sha256(source.encode("utf-8")).hexdigest()
+
+
+def check_path_text(raw: str, what: str = "path") -> str:
+    """Refuse, with a one-line reason, text that no file's path can be: the OS calls would
+    raise ValueError or ENAMETOOLONG on it instead of answering "no such file"."""
+    if "\0" in raw:
+        raise InvalidInput(f"{what} contains a NUL character")
+    try:
+        encoded = os.fsencode(raw)
+    except UnicodeEncodeError:
+        raise InvalidInput(f"{what} contains characters no file name can hold (lone surrogates)") from None
+    if len(encoded) > MAX_PATH_BYTES:
+        raise InvalidInput(f"{what} is {len(encoded)} bytes long; a path is at most {MAX_PATH_BYTES} bytes")
+    if any(len(part) > MAX_NAME_BYTES for part in encoded.split(b"/")):
+        raise InvalidInput(f"{what} has a name over {MAX_NAME_BYTES} bytes; no file can have it")
+    return raw
 
 
 def check_name(name: str, what: str = "workflow name") -> str:
@@ -79,10 +99,14 @@ class SpecDirectory:
 
     def inside(self, raw: str) -> Path:
         """A path the user gave, accepted only when it lies in the workflow directory."""
-        path = Path(raw).expanduser()
-        if not path.is_absolute():
-            path = self.root / path
-        resolved = path.resolve()
+        check_path_text(raw)
+        try:
+            path = Path(raw).expanduser()
+            if not path.is_absolute():
+                path = self.root / path
+            resolved = path.resolve()
+        except RuntimeError as exc:  # `~user` with no such user, or a symlink loop
+            raise InvalidInput(f"{raw!r}: {exc}") from None
         if resolved.parent != self.root.resolve():
             raise InvalidInput(f"{raw!r} is outside the workflow directory {self.root}; "
                                "put the file there and run it by name")

@@ -16,7 +16,7 @@ import yaml
 from ..errors import InvalidInput
 from .inputs import InputError, check_declaration
 
-NAME_RE = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
+NAME_RE = re.compile(r"\A[A-Za-z0-9_-]{1,64}\Z")
 MAX_SPEC_BYTES = 256 * 1024
 MAX_STEPS = 100
 MAX_RETRIES, MAX_TIMEOUT_SECONDS, MAX_AGENT_CHARS = 10, 86400, 64

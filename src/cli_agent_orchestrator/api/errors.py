@@ -1,0 +1,117 @@
+"""Errors at the HTTP edge: cao's exceptions and FastAPI's validation failures become
+`{"detail": ...}` answers in one place, and the error models every route documents in
+OpenAPI come from here too, so that what a route says it answers is what it answers.
+"""
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse
+from pydantic import BaseModel, ConfigDict
+
+from ..errors import CaoError
+
+# A validation entry is a hint for a human, not a copy of the request: a 100 MB body must
+# not come back as a 100 MB answer, so every echoed piece is bounded.
+MAX_MSG_CHARS = 300
+MAX_LOC_PART_CHARS = 64
+MAX_CTX_CHARS = 200
+# Fields whose submitted values are never repeated back (they may carry credentials).
+SECRET_FIELDS = frozenset({"env_vars"})
+
+
+class ErrorObject(BaseModel):
+    """An error whose callers must tell kinds apart (a workflow conflict, a worker error,
+    a script refused by the linter): always a `message`, often a `kind`."""
+
+    model_config = ConfigDict(extra="allow")
+    message: str
+    kind: str | None = None
+
+
+class Error(BaseModel):
+    """Every cao error: `detail` is a one-line reason, or an object with `message`."""
+
+    detail: str | ErrorObject
+
+
+class ValidationIssue(BaseModel):
+    """One problem with the request, where (`loc`), what (`msg`) and its pydantic `type`.
+    The submitted value is never echoed; `ctx` only when small (e.g. `{"le": 3600}`)."""
+
+    loc: list[str | int]
+    msg: str
+    type: str
+    ctx: dict[str, Any] | None = None
+
+
+class ValidationFailed(BaseModel):
+    """422: FastAPI's list of problems with the request, or a request cao refused as a
+    whole (a one-line reason, or an object with `message`)."""
+
+    detail: list[ValidationIssue] | str | ErrorObject
+
+
+_DESCRIPTIONS = {
+    400: "Bad input (a one-line reason), or a Host header that is not allowed",
+    401: "A bearer token is required here, or the one sent is wrong",
+    403: "A request from another user than the server's, or a cross-origin state change",
+    404: "Unknown id or name",
+    409: "Conflict with the current state",
+    413: "Request body over CAO_MAX_BODY_BYTES",
+    422: "Invalid request",
+    501: "Not built yet",
+    502: "The agent failed",
+    503: "The database stayed locked by another process; try again",
+    504: "The agent did not finish in time",
+}
+
+
+def answers(*codes: int) -> dict[int | str, dict[str, Any]]:
+    """The OpenAPI `responses` entries for these error statuses."""
+    return {code: {"model": ValidationFailed if code == 422 else Error, "description": _DESCRIPTIONS[code]}
+            for code in codes}
+
+
+# What any route can answer whatever it does: the request gates in front of the app — the
+# Host check (400), the owner-or-token check (401, 403; also the Origin check of a
+# state-changing request) and the body limit (413).
+EVERY_ROUTE = answers(400, 401, 403, 413)
+
+
+def validation_issue(error: dict[str, Any]) -> dict[str, Any]:
+    """One pydantic error, without its `input` and with everything else bounded."""
+    loc = [part if isinstance(part, int) else str(part)[:MAX_LOC_PART_CHARS] for part in error.get("loc", ())]
+    issue: dict[str, Any] = {"loc": loc, "msg": str(error.get("msg", ""))[:MAX_MSG_CHARS],
+                             "type": str(error.get("type", ""))}
+    secret = any(part in SECRET_FIELDS for part in loc)
+    if secret:
+        # Below a secret field, `loc` would name what the client put there.
+        cut = next(i for i, part in enumerate(loc) if part in SECRET_FIELDS)
+        issue["loc"] = loc[:cut + 1]
+    ctx = error.get("ctx")
+    if ctx and not secret:
+        try:
+            text = json.dumps(ctx, allow_nan=False)
+        except (TypeError, ValueError):  # an exception object, NaN, bytes...
+            text = None
+        if text is not None and len(text) <= MAX_CTX_CHARS:
+            issue["ctx"] = ctx
+    return issue
+
+
+async def _cao_error(_request: Request, exc: CaoError) -> JSONResponse:
+    return JSONResponse({"detail": exc.detail()}, status_code=exc.http_status)
+
+
+async def _validation_error(_request: Request, exc: RequestValidationError) -> JSONResponse:
+    return JSONResponse({"detail": [validation_issue(e) for e in exc.errors()]}, status_code=422)
+
+
+def install_error_handlers(app: FastAPI) -> None:
+    app.add_exception_handler(CaoError, _cao_error)
+    app.add_exception_handler(RequestValidationError, _validation_error)
+

@@ -1,0 +1,134 @@
+"""What the HTTP edge refuses before a route sees it: a body over CAO_MAX_BODY_BYTES
+(413, decided from Content-Length or while a chunked body streams in), and JSON that
+Python's parser accepts but nothing downstream can carry: numbers that are not finite
+(NaN, Infinity, 1e400) and strings with lone UTF-16 surrogates (not Unicode text).
+"""
+from __future__ import annotations
+
+import json
+import math
+import re
+from typing import Any, Callable, Coroutine
+
+from fastapi import Request, Response
+from fastapi.routing import APIRoute
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+
+class BodySizeLimit:
+    """Pure ASGI middleware: one limit for every request body.
+
+    A declared Content-Length over the limit is refused before a byte is read (the HTTP
+    server never delivers more than was declared). A body without one (chunked) is read
+    here, counted, and refused as soon as it passes the limit; otherwise it is handed to
+    the app as if it had just arrived.
+    """
+
+    def __init__(self, app: ASGIApp, max_bytes: int):
+        self.app, self.max_bytes = app, max_bytes
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            return await self.app(scope, receive, send)
+        length = _content_length(scope)
+        if length is not None:
+            if length > self.max_bytes:
+                return await self._refuse(send)
+            return await self.app(scope, receive, send)
+        buffered: list[Message] = []
+        size = 0
+        while True:
+            message = await receive()
+            buffered.append(message)
+            if message["type"] != "http.request":
+                break  # the client went away; the app sees that as usual
+            size += len(message.get("body", b""))
+            if size > self.max_bytes:
+                return await self._refuse(send)
+            if not message.get("more_body", False):
+                break
+
+        async def replay() -> Message:
+            return buffered.pop(0) if buffered else await receive()
+
+        await self.app(scope, replay, send)
+
+    async def _refuse(self, send: Send) -> None:
+        body = json.dumps({"detail": f"request body exceeds {self.max_bytes} bytes"}).encode()
+        await send({"type": "http.response.start", "status": 413,
+                    "headers": [(b"content-type", b"application/json"),
+                                (b"content-length", str(len(body)).encode()),
+                                # The unread rest of the body makes the connection unusable.
+                                (b"connection", b"close")]})
+        await send({"type": "http.response.body", "body": body})
+
+
+def _content_length(scope: Scope) -> int | None:
+    for name, value in scope.get("headers", ()):
+        if name == b"content-length":
+            try:
+                return int(value)
+            except ValueError:
+                return None  # the HTTP server refuses such a request before we see it
+    return None
+
+
+# A surrogate can only enter a parsed string through a \uD800-\uDFFF escape or through
+# UTF-8-encoded surrogate bytes (json.loads decodes with surrogatepass).
+_MAYBE_SURROGATE = re.compile(rb"\\u[dD][89a-fA-F]|\xed[\xa0-\xbf]")
+
+
+def _not_a_json_number(name: str) -> Any:
+    raise json.JSONDecodeError(f"{name} is not a JSON number", "", 0)
+
+
+def _finite_float(text: str) -> float:
+    value = float(text)
+    if not math.isfinite(value):
+        raise json.JSONDecodeError("number out of range (not a finite double)", "", 0)
+    return value
+
+
+def _refuse_lone_surrogates(value: Any) -> None:
+    stack = [value]
+    while stack:
+        item = stack.pop()
+        if isinstance(item, str):
+            try:
+                item.encode("utf-8")
+            except UnicodeEncodeError:
+                raise json.JSONDecodeError("a string holds a lone UTF-16 surrogate (not Unicode text)",
+                                           "", 0) from None
+        elif isinstance(item, dict):
+            stack.extend(item.keys())
+            stack.extend(item.values())
+        elif isinstance(item, list):
+            stack.extend(item)
+
+
+class StrictJsonRequest(Request):
+    """A request whose JSON body may hold only finite numbers and Unicode text: a NaN or
+    a lone surrogate that got past the edge would be stored, and every later answer that
+    carries it would fail to encode (a 500, again and again)."""
+
+    async def json(self) -> Any:
+        if not hasattr(self, "_json"):
+            body = await self.body()
+            value = json.loads(body, parse_constant=_not_a_json_number, parse_float=_finite_float)
+            if _MAYBE_SURROGATE.search(body):  # rare: only then walk the whole value
+                _refuse_lone_surrogates(value)
+            self._json = value
+        return self._json
+
+
+class StrictJsonRoute(APIRoute):
+    """Route class for cao's routers: bodies are parsed by StrictJsonRequest, so what it
+    refuses is FastAPI's usual 422 `json_invalid`."""
+
+    def get_route_handler(self) -> Callable[[Request], Coroutine[Any, Any, Response]]:
+        handler = super().get_route_handler()
+
+        async def handle(request: Request) -> Response:
+            return await handler(StrictJsonRequest(request.scope, request.receive))
+
+        return handle
