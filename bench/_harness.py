@@ -1,6 +1,7 @@
 """Shared by the benchmarks: a private cao-server (temporary home, free port, own
 tmux socket) with an SSE follower that timestamps every event as it arrives; the
 follower alone, for a cao-server started some other way; the report table."""
+
 from __future__ import annotations
 
 import json
@@ -35,7 +36,7 @@ class EventFollower:
 
     def __init__(self, url: str, pattern: str = "terminal.*.status"):
         self.url, self.pattern = url, pattern
-        self.events: "queue.Queue[tuple[float, dict]]" = queue.Queue()
+        self.events: queue.Queue[tuple[float, dict]] = queue.Queue()
         self.connected = threading.Event()
         threading.Thread(target=self._follow, daemon=True).start()
         if not self.connected.wait(10):
@@ -53,8 +54,7 @@ class EventFollower:
             pass  # the server went away: it was closed, or the bench is failing anyway
 
     def wait_event(self, terminal_id: str, status: str, timeout: float = 30) -> float:
-        return self.wait_for(lambda ev: ev.get("terminal_id") == terminal_id and ev.get("status") == status,
-                             timeout)[0]
+        return self.wait_for(lambda ev: ev.get("terminal_id") == terminal_id and ev.get("status") == status, timeout)[0]
 
     def wait_for(self, predicate, timeout: float = 30) -> tuple[float, dict]:
         """The arrival time and body of the first event satisfying `predicate`."""
@@ -64,8 +64,9 @@ class EventFollower:
             if predicate(ev):
                 return t, ev
 
-    def first_by_source(self, terminal_id: str, status: str, timeout: float = 30,
-                        turn: int = 0) -> tuple[float, dict[str, float]]:
+    def first_by_source(
+        self, terminal_id: str, status: str, timeout: float = 30, turn: int = 0
+    ) -> tuple[float, dict[str, float]]:
         """The arrival time of the terminal's first `status` event of input turn `turn` or
         later and, by source (`hook:Stop`, `screen`, ...), the arrival time of its first event
         from that source up to then. Events of earlier turns (a late `completed` of the turn
@@ -76,8 +77,9 @@ class EventFollower:
             try:
                 t, ev = self.events.get(timeout=max(0.01, deadline - time.monotonic()))
             except queue.Empty:
-                raise SystemExit(f"terminal {terminal_id} did not reach {status} within {timeout:.0f} s; "
-                                 f"saw {seen}") from None
+                raise SystemExit(
+                    f"terminal {terminal_id} did not reach {status} within {timeout:.0f} s; saw {seen}"
+                ) from None
             if ev.get("terminal_id") == terminal_id and ev.get("turn", 0) >= turn:
                 seen.setdefault(ev["source"], t)
                 if ev["status"] == status:
@@ -92,12 +94,20 @@ class Server(EventFollower):
     def __init__(self, think_ms: int, pattern: str = "terminal.*.status"):
         self.home = Path(tempfile.mkdtemp(prefix="cao-bench-"))
         self.port = free_port()
-        self.env = {**os.environ, "CAO_HOME_DIR": str(self.home), "CAO_API_PORT": str(self.port),
-                    "TMUX_TMPDIR": str(self.home), "CAO_MOCK_DELAY_MS": str(think_ms)}
+        self.env = {
+            **os.environ,
+            "CAO_HOME_DIR": str(self.home),
+            "CAO_API_PORT": str(self.port),
+            "TMUX_TMPDIR": str(self.home),
+            "CAO_MOCK_DELAY_MS": str(think_ms),
+        }
         self.env.pop("TMUX", None)
-        self.proc = subprocess.Popen([sys.executable, "-m", "cli_agent_orchestrator.cli.server",
-                                      "--log-level", "warning"], env=self.env,
-                                     stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "cli_agent_orchestrator.cli.server", "--log-level", "warning"],
+            env=self.env,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
         self.http = httpx.Client(base_url=f"http://127.0.0.1:{self.port}", timeout=60)
         deadline = time.monotonic() + 20
         while time.monotonic() < deadline:

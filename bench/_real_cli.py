@@ -1,6 +1,7 @@
 """Shared by the real-CLI benchmarks (bench/real_*_bench.py): the pinned CLI in a throw-away
 home against the scripted model, the bare CLI in tmux as the baseline, cao's spawn and turn
 timings, and the memory of each agent's processes."""
+
 from __future__ import annotations
 
 import argparse
@@ -25,8 +26,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
 from _harness import EventFollower, Server, report  # noqa: E402
 from real_cli_support import isolated_home_env, npm_binary  # noqa: E402
 
+from cao_testkit.scripted_model.harness import ScriptedModelServer  # noqa: E402
 from cli_agent_orchestrator.providers.base import LaunchContext  # noqa: E402
-from cli_agent_orchestrator.scripted_model.harness import ScriptedModelServer  # noqa: E402
 
 
 def bench_parser(doc: str, spawns: int = 5, turns: int = 10, agents: int | None = None) -> argparse.ArgumentParser:
@@ -40,8 +41,9 @@ def bench_parser(doc: str, spawns: int = 5, turns: int = 10, agents: int | None 
 
 
 @contextmanager
-def scripted_cli(package: str, version: str, binary: str, prefix: str, reply: str,
-                 **env: str) -> Iterator[tuple[Path, Path]]:
+def scripted_cli(
+    package: str, version: str, binary: str, prefix: str, reply: str, **env: str
+) -> Iterator[tuple[Path, Path]]:
     """The pinned CLI on PATH, this process's HOME/XDG/TMPDIR in a temporary root (cao-servers
     started from here inherit them), and the scripted model answering "say hello" with `reply`;
     `env` is added to the environment too. Yields the root and an empty work directory in it."""
@@ -50,8 +52,14 @@ def scripted_cli(package: str, version: str, binary: str, prefix: str, reply: st
     try:
         with ScriptedModelServer() as model:
             model.set_script("bench", [{"match": "say hello", "reply": reply}])
-            os.environ.update({**isolated_home_env(root), **model.cli_env("bench"), **env,
-                               "PATH": f"{cli.parent}{os.pathsep}{os.environ['PATH']}"})
+            os.environ.update(
+                {
+                    **isolated_home_env(root),
+                    **model.cli_env("bench"),
+                    **env,
+                    "PATH": f"{cli.parent}{os.pathsep}{os.environ['PATH']}",
+                }
+            )
             work = root / "work"
             work.mkdir()
             yield root, work
@@ -61,8 +69,15 @@ def scripted_cli(package: str, version: str, binary: str, prefix: str, reply: st
 
 def bare_context(root: Path, workdir: Path) -> LaunchContext:
     """What the bare CLI is launched with: cao's launch for a yolo agent, in its own cao home."""
-    return LaunchContext(terminal_id="00000000", profile_name="bench", system_prompt="",
-                         working_directory=str(workdir), home_dir=root / "bare", yolo=True)
+    return LaunchContext(
+        terminal_id="00000000",
+        profile_name="bench",
+        system_prompt="",
+        working_directory=str(workdir),
+        home_dir=root / "bare",
+        yolo=True,
+        environ=dict(os.environ),
+    )
 
 
 def drop_hooks(settings_path: Path) -> None:
@@ -145,7 +160,7 @@ def answered(screen: str, echo: str, reply: str, busy: str) -> bool:
     row below its last copy, and no `busy` marker (a spinner row) anywhere."""
     rows = [row.rstrip() for row in screen.splitlines()]
     echoes = [i for i, row in enumerate(rows) if row == echo]
-    return bool(echoes) and reply in rows[echoes[-1]:] and busy not in screen
+    return bool(echoes) and reply in rows[echoes[-1] :] and busy not in screen
 
 
 def bare_figures(bare: BarePane, spawns: int, turns: int, pause: float = 0.0) -> dict:
@@ -188,8 +203,14 @@ def agent_processes(home: Path) -> list[psutil.Process]:
     return found
 
 
-def cao_figures(provider: str, work: Path, spawns: int, turns: Iterable[int],
-                name_of: Callable[[psutil.Process], str], wait_for_agents: bool = False) -> dict:
+def cao_figures(
+    provider: str,
+    work: Path,
+    spawns: int,
+    turns: Iterable[int],
+    name_of: Callable[[psutil.Process], str],
+    wait_for_agents: bool = False,
+) -> dict:
     """Under a private cao-server: `spawns` agents (POST /sessions → IDLE, ms), turns n in `turns`
     ("say hello n", input → `completed` event, ms) on the first, then the RSS of each agent.
     wait_for_agents: after the server stops, wait for its agents to end (they write into HOME while exiting)."""
@@ -199,8 +220,12 @@ def cao_figures(provider: str, work: Path, spawns: int, turns: Iterable[int],
         spawn_ms, tids = [], []
         for _ in range(spawns):
             t0 = time.perf_counter()
-            params = {"agent_profile": "developer", "provider": provider, "yolo": "true",
-                      "working_directory": str(work)}
+            params = {
+                "agent_profile": "developer",
+                "provider": provider,
+                "yolo": "true",
+                "working_directory": str(work),
+            }
             resp = server.http.post("/sessions", params=params)
             resp.raise_for_status()
             spawn_ms.append(round((time.perf_counter() - t0) * 1000))
@@ -230,12 +255,18 @@ def median(values: list[float]) -> float:
 def report_against_bare(results: dict, name: str) -> None:
     """The table of cao's medians next to the bare CLI's, as in bench/results/<name>.json."""
     rss = [sum(r.values()) for r in results["rss_mb_per_agent"]]
-    report([("bare spawn → idle, median ms", median(results["bare_spawn_ms"]), ""),
+    report(
+        [
+            ("bare spawn → idle, median ms", median(results["bare_spawn_ms"]), ""),
             ("cao spawn → idle, median ms", median(results["cao_spawn_to_idle_ms"]), ""),
             ("bare turn, median ms", median(results["bare_turn_ms"]), ""),
             ("cao turn, median ms", median(results["cao_turn_ms"]), ""),
             ("cao turn overhead, median ms", median(results["cao_turn_ms"]) - median(results["bare_turn_ms"]), ""),
-            ("RSS per agent (CLI + MCP server), MB", median(rss), "")], results, name)
+            ("RSS per agent (CLI + MCP server), MB", median(rss), ""),
+        ],
+        results,
+        name,
+    )
 
 
 def timed_spawn(cao, params: dict, timeout: float = 60) -> tuple[float, dict]:
@@ -246,8 +277,9 @@ def timed_spawn(cao, params: dict, timeout: float = 60) -> tuple[float, dict]:
     return (time.perf_counter() - t0) * 1000, resp.json()
 
 
-def timed_turn(cao, events: EventFollower, tid: str, text: str, started: str, ended: str,
-               timeout: float) -> tuple[float, float]:
+def timed_turn(
+    cao, events: EventFollower, tid: str, text: str, started: str, ended: str, timeout: float
+) -> tuple[float, float]:
     """(total ms, the CLI's own ms) of one turn: total is POST input → `completed` event; the
     CLI's own time runs from its `started` to its `ended` event (without them: from the POST,
     to the `completed` event)."""
@@ -259,8 +291,9 @@ def timed_turn(cao, events: EventFollower, tid: str, text: str, started: str, en
     return (end - t0) * 1000, (seen.get(ended, end) - seen.get(started, t0)) * 1000
 
 
-def fresh_agents(cao, spawn: Callable[[], tuple[float, dict]], first_turn: Callable[[str], tuple[float, float]],
-                 count: int) -> tuple[list[float], list[float]]:
+def fresh_agents(
+    cao, spawn: Callable[[], tuple[float, dict]], first_turn: Callable[[str], tuple[float, float]], count: int
+) -> tuple[list[float], list[float]]:
     """`count` times: spawn an agent, time its first turn, delete its session. The spawn times
     and the first turns' total times, in ms."""
     spawn_ms, first_ms = [], []
@@ -275,6 +308,8 @@ def fresh_agents(cao, spawn: Callable[[], tuple[float, dict]], first_turn: Calla
 def turn_figures(prefix: str, own: str, pairs: list[tuple[float, float]]) -> dict[str, list[float]]:
     """Timed turns' (total, the CLI's own) ms as `<prefix>_total_ms`, `<prefix>_<own>_ms` and
     `<prefix>_overhead_ms` (total − own), each to 0.1 ms."""
-    return {f"{prefix}_total_ms": [round(t, 1) for t, _ in pairs],
-            f"{prefix}_{own}_ms": [round(c, 1) for _, c in pairs],
-            f"{prefix}_overhead_ms": [round(t - c, 1) for t, c in pairs]}
+    return {
+        f"{prefix}_total_ms": [round(t, 1) for t, _ in pairs],
+        f"{prefix}_{own}_ms": [round(c, 1) for _, c in pairs],
+        f"{prefix}_overhead_ms": [round(t - c, 1) for t, c in pairs],
+    }

@@ -9,6 +9,7 @@ answer instantly (think time 0).
 
     python bench/orchestration_bench.py [--rounds 10] [--parallel 20]
 """
+
 from __future__ import annotations
 
 import argparse
@@ -59,8 +60,7 @@ async def run(server: Server, rounds: int, parallel: int) -> dict:
     (store / "instant.md").write_text(INSTANT)
     sup = server.http.post("/sessions", params={"agent_profile": "instant", "provider": "mock_cli"}).json()
     results: dict = {}
-    async with stdio_client(mcp_params(server.env, sup["id"])) as (read, write), \
-            ClientSession(read, write) as session:
+    async with stdio_client(mcp_params(server.env, sup["id"])) as (read, write), ClientSession(read, write) as session:
         await session.initialize()
         handoffs = []
         for i in range(rounds):
@@ -87,10 +87,14 @@ async def run(server: Server, rounds: int, parallel: int) -> dict:
             token = f"inbox-token-{i}-{time.time_ns()}"
             server.drain()
             t0 = time.perf_counter()
-            server.http.post(f"/terminals/{receiver['id']}/inbox/messages",
-                             json={"sender_id": "bench", "message": token}).raise_for_status()
-            t1, _ = server.wait_for(lambda ev: ev.get("type") == "TerminalOutput"
-                                    and ev["terminal_id"] == receiver["id"] and token in ev["data"])
+            server.http.post(
+                f"/terminals/{receiver['id']}/inbox/messages", json={"sender_id": "bench", "message": token}
+            ).raise_for_status()
+            t1, _ = server.wait_for(
+                lambda ev, token=token: (
+                    ev.get("type") == "TerminalOutput" and ev["terminal_id"] == receiver["id"] and token in ev["data"]
+                )
+            )
             visible.append((t1 - t0) * 1000)
             server.wait_event(receiver["id"], "completed")
         results["inbox_post_to_visible_ms"] = [round(x, 1) for x in visible]
@@ -98,13 +102,15 @@ async def run(server: Server, rounds: int, parallel: int) -> dict:
         # N parallel assigns; each worker calls back with send_message.
         server.drain()
         t0 = time.perf_counter()
-        outs = await asyncio.gather(*(call(session, "assign", agent_profile="bench_worker", message=f"Job {i}")
-                                      for i in range(parallel)))
+        outs = await asyncio.gather(
+            *(call(session, "assign", agent_profile="bench_worker", message=f"Job {i}") for i in range(parallel))
+        )
         ids = {o["terminal_id"] for o in outs}
         got: set[str] = set()
         while len(got) < parallel:
-            _, ev = server.wait_for(lambda ev: ev.get("type") == "InboxQueued" and ev["receiver_id"] == sup["id"],
-                                    timeout=120)
+            _, ev = server.wait_for(
+                lambda ev: ev.get("type") == "InboxQueued" and ev["receiver_id"] == sup["id"], timeout=120
+            )
             if ev["sender_id"] in ids:
                 got.add(ev["sender_id"])
                 print(f"  callback {len(got)}/{parallel} after {time.perf_counter() - t0:.1f}s", file=sys.stderr)
@@ -122,11 +128,16 @@ def main() -> int:
         results = asyncio.run(run(server, args.rounds, args.parallel))
     finally:
         server.close()
-    rows = [("handoff round trip via MCP, median ms", statistics.median(results["handoff_round_trip_ms"]), "< 300"),
-            ("assign return via MCP, median ms", statistics.median(results["assign_return_ms"]), "< 50"),
-            ("inbox POST → text visible, median ms", statistics.median(results["inbox_post_to_visible_ms"]), "< 50"),
-            (f"{args.parallel} parallel assigns → all callbacks in inbox, s",
-             results[f"parallel_{args.parallel}_assigns_all_callbacks_s"], "")]
+    rows = [
+        ("handoff round trip via MCP, median ms", statistics.median(results["handoff_round_trip_ms"]), "< 300"),
+        ("assign return via MCP, median ms", statistics.median(results["assign_return_ms"]), "< 50"),
+        ("inbox POST → text visible, median ms", statistics.median(results["inbox_post_to_visible_ms"]), "< 50"),
+        (
+            f"{args.parallel} parallel assigns → all callbacks in inbox, s",
+            results[f"parallel_{args.parallel}_assigns_all_callbacks_s"],
+            "",
+        ),
+    ]
     report(rows, results, "orchestration")
     return 0
 

@@ -8,6 +8,7 @@ Prints a table and writes bench/results/real_claude_code.json.
 
     python bench/real_claude_code_bench.py [--spawns 5] [--turns 10]
 """
+
 from __future__ import annotations
 
 import json
@@ -47,12 +48,13 @@ class ClaudePane(BarePane):
     def done(self, screen: str, prompt: str) -> bool:  # this turn's echo, the reply below it, the footer idle again
         rows = [row.replace("\xa0", " ").rstrip() for row in screen.splitlines()]
         echo = [i for i, row in enumerate(rows) if row == f"❯ {prompt}"]
-        return bool(echo) and f"● {REPLY}" in rows[echo[0]:] and "esc to interrupt" not in screen
+        return bool(echo) and f"● {REPLY}" in rows[echo[0] :] and "esc to interrupt" not in screen
 
 
 def process_name(proc: psutil.Process) -> str:
-    return "claude" if "claude" in proc.name() else "cao-mcp-server" if "mcp" in " ".join(
-        proc.cmdline()) else proc.name()
+    return (
+        "claude" if "claude" in proc.name() else "cao-mcp-server" if "mcp" in " ".join(proc.cmdline()) else proc.name()
+    )
 
 
 def main() -> int:
@@ -60,26 +62,30 @@ def main() -> int:
     results: dict = {"machine": machine(), "cli_version": VERSION}
     with scripted_cli("@anthropic-ai/claude-code", VERSION, "claude", "cao-bench-claude-", REPLY) as (root, work):
         # A user who has run Claude here before: onboarding done, folder trusted.
-        Path(os.environ["HOME"], ".claude.json").write_text(json.dumps(
-            {"hasCompletedOnboarding": True, "projects": {str(work): {"hasTrustDialogAccepted": True}}}))
+        Path(os.environ["HOME"], ".claude.json").write_text(
+            json.dumps({"hasCompletedOnboarding": True, "projects": {str(work): {"hasTrustDialogAccepted": True}}})
+        )
         # pause: Claude drops an Enter pressed right after its prompt box appears
         results.update(bare_figures(ClaudePane(root, work), args.spawns, args.turns, pause=1.0))
         # The first cao turn includes the Enter Claude drops at start-up.
-        results.update(cao_figures("claude_code", work, args.spawns, range(args.turns), process_name,
-                                   wait_for_agents=True))
+        results.update(
+            cao_figures("claude_code", work, args.spawns, range(args.turns), process_name, wait_for_agents=True)
+        )
 
     def med(key: str, skip: int = 0) -> float:
         return statistics.median(results[key][skip:])
 
     rss = [sum(r.values()) for r in results["rss_mb_per_agent"]]
-    rows = [("bare CLI spawn → idle screen, median ms", med("bare_spawn_ms"), ""),
-            ("cao spawn → IDLE, median ms", med("cao_spawn_to_idle_ms"), ""),
-            ("  overhead over the bare CLI, ms", med("cao_spawn_to_idle_ms") - med("bare_spawn_ms"), ""),
-            ("bare CLI turn, median ms", med("bare_turn_ms"), ""),
-            ("cao turn → COMPLETED (2nd turn on), median ms", med("cao_turn_ms", 1), ""),
-            ("  overhead over the bare CLI, ms", med("cao_turn_ms", 1) - med("bare_turn_ms"), ""),
-            ("cao first turn of a fresh agent, ms", results["cao_turn_ms"][0], ""),
-            ("RSS per agent (claude + cao-mcp-server), median MB", statistics.median(rss), "")]
+    rows = [
+        ("bare CLI spawn → idle screen, median ms", med("bare_spawn_ms"), ""),
+        ("cao spawn → IDLE, median ms", med("cao_spawn_to_idle_ms"), ""),
+        ("  overhead over the bare CLI, ms", med("cao_spawn_to_idle_ms") - med("bare_spawn_ms"), ""),
+        ("bare CLI turn, median ms", med("bare_turn_ms"), ""),
+        ("cao turn → COMPLETED (2nd turn on), median ms", med("cao_turn_ms", 1), ""),
+        ("  overhead over the bare CLI, ms", med("cao_turn_ms", 1) - med("bare_turn_ms"), ""),
+        ("cao first turn of a fresh agent, ms", results["cao_turn_ms"][0], ""),
+        ("RSS per agent (claude + cao-mcp-server), median MB", statistics.median(rss), ""),
+    ]
     report(rows, results, "real_claude_code")
     return 0
 

@@ -8,6 +8,7 @@ scripted model, under a private cao-server (temporary HOME, free port, own tmux 
 The CLI's own time of a turn is UserPromptSubmit → Stop as its hooks report them;
 overhead = (POST input → `completed` event) − that.
 """
+
 from __future__ import annotations
 
 import json
@@ -25,12 +26,16 @@ from _harness import EventFollower, machine  # noqa: E402
 from _real_cli import agent_rss_mb, bench_parser, fresh_agents, timed_spawn, timed_turn, turn_figures  # noqa: E402
 from real_cli_support import npm_binary, real_cli_server  # noqa: E402
 
-from cli_agent_orchestrator.scripted_model.harness import ScriptedModelServer  # noqa: E402
+from cao_testkit.scripted_model.harness import ScriptedModelServer  # noqa: E402
 
 PROFILE = "---\nname: codex_bench\nprovider: codex\nmodel: fake-model\n---\nYou are a benchmark agent.\n"
-RULES = [{"match": "say hello", "reply": "Hello."},
-         {"match": "print the marker", "steps": [{"tool": "shell", "args": {"command": "echo marker"}},
-                                                 {"text": "Printed."}]}]
+RULES = [
+    {"match": "say hello", "reply": "Hello."},
+    {
+        "match": "print the marker",
+        "steps": [{"tool": "shell", "args": {"command": "echo marker"}}, {"text": "Printed."}],
+    },
+]
 
 
 def process_name(proc: psutil.Process) -> str:
@@ -59,8 +64,15 @@ def main() -> int:
     results: dict = {"machine": machine(), "codex": "0.171.0"}
     with ScriptedModelServer() as model:
         model.set_script("bench", RULES)
-        cao = real_cli_server(root, [binary], {"OPENAI_BASE_URL": model.base_url("bench", "/v1"),
-                                               "OPENAI_API_KEY": "scripted", "CAO_LOG_LEVEL": "warning"})
+        cao = real_cli_server(
+            root,
+            [binary],
+            {
+                "OPENAI_BASE_URL": model.base_url("bench", "/v1"),
+                "OPENAI_API_KEY": "scripted",
+                "CAO_LOG_LEVEL": "warning",
+            },
+        )
         (cao.home / "agent-store").mkdir(parents=True, exist_ok=True)
         (cao.home / "agent-store" / "codex_bench.md").write_text(PROFILE)
         work = root / "work"
@@ -72,8 +84,9 @@ def main() -> int:
             def spawn() -> tuple[float, dict]:
                 return timed_spawn(cao, {"agent_profile": "codex_bench", "yolo": True, "working_directory": str(work)})
 
-            spawn_ms, first_turn_ms = fresh_agents(cao, spawn, lambda tid: turn(cao, follow, tid, "please say hello"),
-                                                   args.spawns)
+            spawn_ms, first_turn_ms = fresh_agents(
+                cao, spawn, lambda tid: turn(cao, follow, tid, "please say hello"), args.spawns
+            )
             results["spawn_to_idle_ms"] = [round(v, 1) for v in spawn_ms]
             results["first_turn_ms"] = [round(v, 1) for v in first_turn_ms]  # includes cao-mcp-server start-up
 
@@ -95,8 +108,9 @@ def main() -> int:
                 turn(cao, follow, other, "please say hello")  # each with its MCP server running
             time.sleep(2)  # let start-up allocations settle before reading RSS
             per_agent = {a: agent_rss_mb(a, process_name) for a in agents}
-            results["rss_mb_per_agent"] = {a: {k: round(v, 1) for k, v in parts.items()}
-                                           for a, parts in per_agent.items()}
+            results["rss_mb_per_agent"] = {
+                a: {k: round(v, 1) for k, v in parts.items()} for a, parts in per_agent.items()
+            }
             totals = [sum(parts.values()) for parts in per_agent.values()]
             server_rss = psutil.Process(cao.proc.pid).memory_info().rss / 2**20 if cao.proc else 0.0
             results["cao_server_rss_mb"] = round(server_rss, 1)
@@ -110,8 +124,10 @@ def main() -> int:
         print(f"{key:<10} in CLI      {ms(results[f'{key}_cli_ms'])}")
         print(f"{key:<10} overhead    {ms(results[f'{key}_overhead_ms'])}")
     print(f"GET output?mode=last    {results['output_last_ms']:7.1f} ms")
-    print(f"RSS per agent           median {statistics.median(totals):7.1f} MB  "
-          f"({', '.join(f'{k} {v:.0f}' for k, v in next(iter(per_agent.values())).items())})")
+    print(
+        f"RSS per agent           median {statistics.median(totals):7.1f} MB  "
+        f"({', '.join(f'{k} {v:.0f}' for k, v in next(iter(per_agent.values())).items())})"
+    )
     print(f"cao-server RSS          {results['cao_server_rss_mb']:7.1f} MB with {len(agents)} codex agents")
     if args.json:
         args.json.write_text(json.dumps(results, indent=2) + "\n")

@@ -9,6 +9,7 @@ Prints a table and writes bench/results/real_gemini_cli.json.
 
     python bench/real_gemini_cli_bench.py [--spawns 5] [--turns 10]
 """
+
 from __future__ import annotations
 
 import sys
@@ -18,8 +19,17 @@ import psutil
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _harness import machine  # noqa: E402
-from _real_cli import (BarePane, answered, bare_context, bare_figures, bench_parser, cao_figures,  # noqa: E402
-                       drop_hooks, report_against_bare, scripted_cli)
+from _real_cli import (  # noqa: E402
+    BarePane,
+    answered,
+    bare_context,
+    bare_figures,
+    bench_parser,
+    cao_figures,
+    drop_hooks,
+    report_against_bare,
+    scripted_cli,
+)
 
 from cli_agent_orchestrator.providers import gemini_cli  # noqa: E402
 

@@ -10,6 +10,7 @@ events (the idle one waits until the answer is on screen, so that wait is counte
 opencode's); cao's overhead = (POST input → `completed` event) − that. Each agent is
 ~700 MB: keep --agents small on a shared machine.
 """
+
 from __future__ import annotations
 
 import json
@@ -28,13 +29,17 @@ from _harness import EventFollower, machine  # noqa: E402
 from _real_cli import agent_rss_mb, bench_parser, fresh_agents, timed_spawn, timed_turn, turn_figures  # noqa: E402
 from real_cli_support import npm_binary, real_cli_server  # noqa: E402
 
-from cli_agent_orchestrator.scripted_model.harness import ScriptedModelServer  # noqa: E402
+from cao_testkit.scripted_model.harness import ScriptedModelServer  # noqa: E402
 
 VERSION = "1.18.33"
 PROFILE = "---\nname: oc_bench\nprovider: opencode_cli\n---\nYou are a benchmark agent.\n"
-RULES = [{"match": "say hello", "reply": "Hello."},
-         {"match": "print the marker", "steps": [{"tool": "shell", "args": {"command": "echo marker"}},
-                                                 {"text": "Printed."}]}]
+RULES = [
+    {"match": "say hello", "reply": "Hello."},
+    {
+        "match": "print the marker",
+        "steps": [{"tool": "shell", "args": {"command": "echo marker"}}, {"text": "Printed."}],
+    },
+]
 
 
 def process_name(proc: psutil.Process) -> str:
@@ -63,12 +68,23 @@ def main() -> int:
         cao = real_cli_server(root, [binary], {"CAO_LOG_LEVEL": "warning"})
         config = Path(cao.env["XDG_CONFIG_HOME"]) / "opencode" / "opencode.json"
         config.parent.mkdir(parents=True, exist_ok=True)
-        config.write_text(json.dumps({
-            "$schema": "https://opencode.ai/config.json", "model": "scripted/fake-model",
-            "small_model": "scripted/fake-model",
-            "provider": {"scripted": {"npm": "@ai-sdk/openai-compatible", "name": "Scripted",
-                                      "options": {"baseURL": model.base_url("bench", "/v1"), "apiKey": "x"},
-                                      "models": {"fake-model": {"name": "Fake Model", "tool_call": True}}}}}))
+        config.write_text(
+            json.dumps(
+                {
+                    "$schema": "https://opencode.ai/config.json",
+                    "model": "scripted/fake-model",
+                    "small_model": "scripted/fake-model",
+                    "provider": {
+                        "scripted": {
+                            "npm": "@ai-sdk/openai-compatible",
+                            "name": "Scripted",
+                            "options": {"baseURL": model.base_url("bench", "/v1"), "apiKey": "x"},
+                            "models": {"fake-model": {"name": "Fake Model", "tool_call": True}},
+                        }
+                    },
+                }
+            )
+        )
         (cao.home / "agent-store").mkdir(parents=True, exist_ok=True)
         (cao.home / "agent-store" / "oc_bench.md").write_text(PROFILE)
         work = root / "work"
@@ -81,8 +97,9 @@ def main() -> int:
                 params = {"agent_profile": "oc_bench", "yolo": True, "working_directory": str(work)}
                 return timed_spawn(cao, params, timeout=180)
 
-            spawn_ms, first_ms = fresh_agents(cao, spawn, lambda tid: run_turn(cao, events, tid, "please say hello"),
-                                              args.spawns)
+            spawn_ms, first_ms = fresh_agents(
+                cao, spawn, lambda tid: run_turn(cao, events, tid, "please say hello"), args.spawns
+            )
             results["spawn_to_idle_ms"] = [round(v, 1) for v in spawn_ms]
             results["first_turn_ms"] = [round(v, 1) for v in first_ms]
 
@@ -97,8 +114,9 @@ def main() -> int:
                 results.update(turn_figures(f"{kind}_turn", "opencode", pairs))
             terms = [term] + [spawn()[1] for _ in range(args.agents - 1)]
             time.sleep(5)  # let start-up settle before reading memory (a measurement, not a sync)
-            results["rss_mb_per_agent"] = [{k: round(v, 1) for k, v in agent_rss_mb(t["id"], process_name).items()}
-                                           for t in terms]
+            results["rss_mb_per_agent"] = [
+                {k: round(v, 1) for k, v in agent_rss_mb(t["id"], process_name).items()} for t in terms
+            ]
         except SystemExit:
             print((cao.home / "server.out").read_text()[-3000:], file=sys.stderr)
             out = cao.client.get(f"/terminals/{tid}/output").json().get("output", "") if "tid" in locals() else ""

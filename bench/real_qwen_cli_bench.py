@@ -9,6 +9,7 @@ Prints a table and writes bench/results/real_qwen_cli.json.
 
     python bench/real_qwen_cli_bench.py [--spawns 5] [--turns 10]
 """
+
 from __future__ import annotations
 
 import sys
@@ -18,8 +19,17 @@ import psutil
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _harness import machine  # noqa: E402
-from _real_cli import (BarePane, answered, bare_context, bare_figures, bench_parser, cao_figures,  # noqa: E402
-                       drop_hooks, report_against_bare, scripted_cli)
+from _real_cli import (  # noqa: E402
+    BarePane,
+    answered,
+    bare_context,
+    bare_figures,
+    bench_parser,
+    cao_figures,
+    drop_hooks,
+    report_against_bare,
+    scripted_cli,
+)
 
 from cli_agent_orchestrator.providers import qwen_cli  # noqa: E402
 
@@ -55,8 +65,10 @@ def main() -> int:
     args = bench_parser(__doc__).parse_args()
     results: dict = {"machine": machine(), "cli_version": VERSION}
     # Qwen takes its model name from the environment.
-    with scripted_cli("@qwen-code/qwen-code", VERSION, "qwen", "cao-bench-qwen-", REPLY,
-                      OPENAI_MODEL="fake-model") as (root, work):
+    with scripted_cli("@qwen-code/qwen-code", VERSION, "qwen", "cao-bench-qwen-", REPLY, OPENAI_MODEL="fake-model") as (
+        root,
+        work,
+    ):
         results.update(bare_figures(QwenPane(root, work), args.spawns, args.turns))
         results.update(cao_figures("qwen_cli", work, args.spawns, range(1, args.turns + 1), process_name))
     report_against_bare(results, "real_qwen_cli")

@@ -1,14 +1,15 @@
 #!/usr/bin/env python3
 """Runtime-core benchmark: spawn → IDLE, turn overhead, output → status-event
-latency, another agent's turn while one agent floods output, and server CPU/RSS
-with many idle terminals.
+latency, a 100 KB message through POST /input, another agent's turn while one agent
+floods output, and server CPU/RSS with many idle terminals.
 
 Starts its own cao-server (temporary home, free port, own tmux socket), drives
 mock agents, prints a table and writes JSON to bench/results/runtime.json.
 
     python bench/runtime_bench.py [--spawns 10] [--turns 20] [--think-ms 200] [--idle 20,50]
-                                  [--flood-lines 200000]
+                                  [--flood-lines 200000] [--paste-kb 100]
 """
+
 from __future__ import annotations
 
 import argparse
@@ -39,6 +40,7 @@ def main() -> int:
     ap.add_argument("--idle", default="20,50")
     ap.add_argument("--idle-seconds", type=float, default=10.0)
     ap.add_argument("--flood-lines", type=int, default=200_000, help="0 skips the flood measure")
+    ap.add_argument("--paste-kb", type=int, default=100, help="size of the pasted message; 0 skips it")
     args = ap.parse_args()
     results: dict = {"machine": {"cpus": os.cpu_count(), "python": sys.version.split()[0]}}
 
@@ -77,6 +79,9 @@ def main() -> int:
             latencies.append((t1 - t0) * 1000)
         results["output_to_status_event_ms"] = [round(x, 1) for x in latencies]
 
+        if args.paste_kb:
+            results["paste_input_ms"] = paste(server, other, args.paste_kb * 1000, args.turns)
+
         proc = psutil.Process(server.proc.pid)
         if args.flood_lines:
             results["flood"] = flood(server, other, proc, args.flood_lines, args.think_ms)
@@ -93,29 +98,66 @@ def main() -> int:
             cpu1 = proc.cpu_times()
             wall = time.monotonic() - w0
             used = (cpu1.user - cpu0.user) + (cpu1.system - cpu0.system)
-            results[f"idle_{target_count}"] = {"server_cpu_percent_of_one_core": round(100 * used / wall, 2),
-                                               "server_rss_mb": round(proc.memory_info().rss / 2**20, 1)}
+            results[f"idle_{target_count}"] = {
+                "server_cpu_percent_of_one_core": round(100 * used / wall, 2),
+                "server_rss_mb": round(proc.memory_info().rss / 2**20, 1),
+            }
     finally:
         server.close()
 
     def med(key: str) -> float:
         return round(statistics.median(results[key]), 1)
 
-    rows = [("spawn → IDLE, median ms", med("spawn_to_idle_ms"), "< 300"),
-            (f"turn overhead (think {args.think_ms} ms subtracted), median ms", med("turn_overhead_ms"), "< 50"),
-            ("output → status event, median ms", med("output_to_status_event_ms"), "< 50")]
+    rows = [
+        ("spawn → IDLE, median ms", med("spawn_to_idle_ms"), "< 300"),
+        (f"turn overhead (think {args.think_ms} ms subtracted), median ms", med("turn_overhead_ms"), "< 50"),
+        ("output → status event, median ms", med("output_to_status_event_ms"), "< 50"),
+    ]
+    if "paste_input_ms" in results:
+        rows.append(
+            (
+                f"{args.paste_kb} KB input → /input answered (paste + verified submit), median ms",
+                med("paste_input_ms"),
+                "~30 (README)",
+            )
+        )
     if "flood" in results:
         f = results["flood"]
-        rows += [(f"another agent's turn, quiet, median ms (think {args.think_ms} ms)", f["quiet_median_ms"], ""),
-                 (f"... during a {args.flood_lines}-line flood, median ms", f["flood_median_ms"], "< 2× quiet"),
-                 ("... during the flood, worst ms", f["flood_max_ms"], ""),
-                 ("flood duration s / server CPU s during it", f["flood_seconds"], f"{f['server_cpu_seconds']} CPU s")]
+        rows += [
+            (f"another agent's turn, quiet, median ms (think {args.think_ms} ms)", f["quiet_median_ms"], ""),
+            (f"... during a {args.flood_lines}-line flood, median ms", f["flood_median_ms"], "< 2× quiet"),
+            ("... during the flood, worst ms", f["flood_max_ms"], ""),
+            ("flood duration s / server CPU s during it", f["flood_seconds"], f"{f['server_cpu_seconds']} CPU s"),
+        ]
     for key in sorted(k for k in results if k.startswith("idle_")):
-        rows.append((f"{key.split('_')[1]} idle terminals: server CPU % of one core",
-                     results[key]["server_cpu_percent_of_one_core"], "< 2"))
+        rows.append(
+            (
+                f"{key.split('_')[1]} idle terminals: server CPU % of one core",
+                results[key]["server_cpu_percent_of_one_core"],
+                "< 2",
+            )
+        )
         rows.append((f"{key.split('_')[1]} idle terminals: server RSS MB", results[key]["server_rss_mb"], ""))
     report(rows, results, "runtime")
     return 0
+
+
+# Everything a message may hold that a shell or tmux could take for syntax or keys.
+HOSTILE_LINE = "quotes \"double\" 'single' $(rm -rf ~) `id` ${HOME} \t tab ünïcødé 🎉 ; | & > < \\ * ?\n"
+
+
+def paste(server: Server, agent: dict, chars: int, rounds: int) -> list[float]:
+    """POST /input of a `chars`-character hostile message into an instant mock agent: the time
+    until the request is answered (one bracketed paste plus the verified submit)."""
+    body = (HOSTILE_LINE * (chars // len(HOSTILE_LINE) + 1))[:chars]
+    times = []
+    for _ in range(rounds):
+        server.drain()
+        t0 = time.perf_counter()
+        server.http.post(f"/terminals/{agent['id']}/input", json={"message": body}).raise_for_status()
+        times.append((time.perf_counter() - t0) * 1000)
+        server.wait_event(agent["id"], "completed")
+    return [round(t, 1) for t in times]
 
 
 def flood(server: Server, flooder: dict, proc: psutil.Process, lines: int, think_ms: int) -> dict:
@@ -140,11 +182,15 @@ def flood(server: Server, flooder: dict, proc: psutil.Process, lines: int, think
         time.sleep(0.05)
     seconds = time.perf_counter() - t0
     cpu1 = proc.cpu_times()
-    return {"quiet_ms": [round(x, 1) for x in quiet], "flood_ms": [round(x, 1) for x in during],
-            "quiet_median_ms": round(statistics.median(quiet), 1),
-            "flood_median_ms": round(statistics.median(during), 1), "flood_max_ms": round(max(during), 1),
-            "flood_seconds": round(seconds, 2),
-            "server_cpu_seconds": round(cpu1.user - cpu0.user + cpu1.system - cpu0.system, 2)}
+    return {
+        "quiet_ms": [round(x, 1) for x in quiet],
+        "flood_ms": [round(x, 1) for x in during],
+        "quiet_median_ms": round(statistics.median(quiet), 1),
+        "flood_median_ms": round(statistics.median(during), 1),
+        "flood_max_ms": round(max(during), 1),
+        "flood_seconds": round(seconds, 2),
+        "server_cpu_seconds": round(cpu1.user - cpu0.user + cpu1.system - cpu0.system, 2),
+    }
 
 
 if __name__ == "__main__":

@@ -29,8 +29,11 @@ if [ ! -x .venv/bin/python ]; then
   "$PY" -m venv .venv
 fi
 stamp=.venv/.cao-installed
-if [ ! -f "$stamp" ] || [ pyproject.toml -nt "$stamp" ] || [ constraints.txt -nt "$stamp" ]; then
+if [ ! -f "$stamp" ] || [ pyproject.toml -nt "$stamp" ] || [ testkit/pyproject.toml -nt "$stamp" ] ||
+   [ constraints.txt -nt "$stamp" ]; then
   # constraints.txt pins every transitive package to the versions the suite was tested with.
-  .venv/bin/python -m pip install --quiet -c constraints.txt -e '.[test]'
+  # testkit/ holds the test doubles (the mock agent and its mock_cli provider, the scripted
+  # model server); one pip run, so its dependency on cao is met by this checkout, not an index.
+  .venv/bin/python -m pip install --quiet -c constraints.txt -e '.[test]' -e ./testkit
   touch "$stamp"
 fi

@@ -4,6 +4,7 @@ its own port, home (CAO_HOME_DIR) and tmux socket directory (TMUX_TMPDIR).
 Good citizenship: a fixture ends only the processes it started (by pid) and
 kills only the tmux server on its own socket.
 """
+
 from __future__ import annotations
 
 import json
@@ -13,8 +14,8 @@ import socket
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
-from typing import Callable
 
 import httpx
 import pytest
@@ -28,8 +29,9 @@ def free_port() -> int:
         return sock.getsockname()[1]
 
 
-def wait_until(predicate: Callable[[], object], timeout: float = 10.0, interval: float = 0.02,
-               message: str = "condition") -> object:
+def wait_until(
+    predicate: Callable[[], object], timeout: float = 10.0, interval: float = 0.02, message: str = "condition"
+) -> object:
     """Poll a condition with a deadline (test side only; product code waits on events)."""
     deadline = time.monotonic() + timeout
     last = None
@@ -49,18 +51,29 @@ class CaoServer:
         self.port = free_port()
         self.tmux_tmpdir = home / "tmux"
         self.tmux_tmpdir.mkdir(parents=True, exist_ok=True)
-        self.env = {**os.environ, "CAO_HOME_DIR": str(home), "CAO_API_PORT": str(self.port),
-                    "CAO_API_HOST": "127.0.0.1", "TMUX_TMPDIR": str(self.tmux_tmpdir),
-                    "CAO_MOCK_DELAY_MS": "20", "CAO_LOG_LEVEL": os.environ.get("CAO_LOG_LEVEL", "info"), **(extra_env or {})}
+        self.env = {
+            **os.environ,
+            "CAO_HOME_DIR": str(home),
+            "CAO_API_PORT": str(self.port),
+            "CAO_API_HOST": "127.0.0.1",
+            "TMUX_TMPDIR": str(self.tmux_tmpdir),
+            "CAO_MOCK_DELAY_MS": "20",
+            "CAO_LOG_LEVEL": os.environ.get("CAO_LOG_LEVEL", "info"),
+            **(extra_env or {}),
+        }
         self.env.pop("TMUX", None)
         self.proc: subprocess.Popen | None = None
         self.url = f"http://127.0.0.1:{self.port}"
         self.client = httpx.Client(base_url=self.url, timeout=60)
 
-    def start(self) -> "CaoServer":
+    def start(self) -> CaoServer:
         log = open(self.home / "server.out", "ab")
-        self.proc = subprocess.Popen([sys.executable, "-m", "cli_agent_orchestrator.cli.server"],
-                                     env=self.env, stdout=log, stderr=subprocess.STDOUT)
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "cli_agent_orchestrator.cli.server"],
+            env=self.env,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+        )
         wait_until(self._healthy, timeout=20, message="cao-server health")
         return self
 
@@ -91,16 +104,21 @@ class CaoServer:
     def hook_secret(self, terminal_id: str) -> str:
         """The secret a terminal's hooks carry (what CAO_HOOK_SECRET holds in its pane)."""
         import sqlite3
+
         with sqlite3.connect(self.home / "db" / "cli-agent-orchestrator.db") as db:
             row = db.execute("SELECT hook_secret FROM terminals WHERE id = ?", (terminal_id,)).fetchone()
         assert row and row[0], f"no hook secret for {terminal_id}"
         return row[0]
 
-    def post_hook(self, terminal_id: str, event: str, payload: dict | None = None,
-                  secret: str | None = None) -> httpx.Response:
+    def post_hook(
+        self, terminal_id: str, event: str, payload: dict | None = None, secret: str | None = None
+    ) -> httpx.Response:
         secret = self.hook_secret(terminal_id) if secret is None else secret
-        return self.client.post(f"/terminals/{terminal_id}/hooks", json={"event": event, "payload": payload or {}},
-                                headers={"X-CAO-Hook-Secret": secret})
+        return self.client.post(
+            f"/terminals/{terminal_id}/hooks",
+            json={"event": event, "payload": payload or {}},
+            headers={"X-CAO-Hook-Secret": secret},
+        )
 
     def tmux(self, *args: str) -> subprocess.CompletedProcess:
         socket_name = self.client.get("/health").json()["tmux_socket"] if self.proc else self._socket_name()
@@ -109,6 +127,7 @@ class CaoServer:
 
     def _socket_name(self) -> str:
         import hashlib
+
         return "cao-" + hashlib.sha1(str(self.home.resolve()).encode()).hexdigest()[:8]
 
     def cleanup(self) -> None:
@@ -129,8 +148,11 @@ class CaoServer:
 
     def wait_status(self, terminal_id: str, wanted: str | set[str], timeout: float = 10) -> str:
         wanted_set = {wanted} if isinstance(wanted, str) else wanted
-        return wait_until(lambda: (s := self.status(terminal_id)) in wanted_set and s, timeout,
-                          message=f"{terminal_id} status in {wanted_set}")
+        return wait_until(
+            lambda: (s := self.status(terminal_id)) in wanted_set and s,
+            timeout,
+            message=f"{terminal_id} status in {wanted_set}",
+        )
 
     def send(self, terminal_id: str, message: str) -> dict:
         resp = self.client.post(f"/terminals/{terminal_id}/input", json={"message": message})

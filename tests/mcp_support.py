@@ -1,5 +1,6 @@
 """Driving the real cao-mcp-server console script over stdio with the official MCP
 client SDK (shared by the MCP tests)."""
+
 from __future__ import annotations
 
 import sys

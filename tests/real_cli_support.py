@@ -7,9 +7,12 @@
   test's own (every CLI confined to a temporary home), with the scripted model
   server's endpoints in its environment and the CLI's binary on PATH.
 
-Tests skip (with the reason) only when npm itself is missing; an install failure
-is an error, so CI notices it.
+A real-CLI test that cannot run (npm or tmux missing) skips with the reason on a
+developer's machine; under CI (`CAO_REQUIRE_REAL_CLIS=1`, set by `.ci/run`) the same
+reason is a failure, so CI cannot turn green without running them. An install
+failure is an error either way.
 """
+
 from __future__ import annotations
 
 import fcntl
@@ -17,27 +20,57 @@ import os
 import shutil
 import subprocess
 from pathlib import Path
+from typing import NoReturn
 
 import pytest
-
 from conftest import CaoServer
 
 CACHE = Path(os.environ.get("CAO_TEST_CLI_DIR") or Path.home() / ".cache" / "cao-test-clis")
+# Set by .ci/run: a real-CLI test that cannot run fails instead of skipping.
+REQUIRE_ENV = "CAO_REQUIRE_REAL_CLIS"
+
+
+def real_clis_required() -> bool:
+    return os.environ.get(REQUIRE_ENV, "").strip().lower() not in ("", "0", "false", "no")
+
+
+def cannot_run(reason: str) -> NoReturn:
+    """A real-CLI test that cannot run here: skipped on a developer's machine, failed under CI."""
+    if real_clis_required():
+        pytest.fail(f"{reason} ({REQUIRE_ENV} is set: real-CLI tests must run)", pytrace=False)
+    pytest.skip(reason)
+
+
+@pytest.fixture(autouse=True)
+def real_cli_prerequisites() -> None:
+    """Autouse in every module that imports it: tmux must be there (skip, or fail under CI)."""
+    if shutil.which("tmux") is None:
+        cannot_run("tmux not installed")
 
 
 def npm_binary(package: str, version: str, binary: str) -> Path:
     if shutil.which("npm") is None:
-        pytest.skip("npm is not installed; the real-CLI tests need Node.js and npm")
+        cannot_run("npm is not installed; the real-CLI tests need Node.js and npm")
     prefix = CACHE / f"{package.replace('/', '__').lstrip('@')}-{version}"
     path = prefix / "node_modules" / ".bin" / binary
     prefix.mkdir(parents=True, exist_ok=True)
     with open(prefix / ".lock", "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
         if not path.exists():
-            env = {**os.environ, "HOME": str(prefix / ".npm-home"), "npm_config_update_notifier": "false",
-                   "npm_config_fund": "false", "npm_config_audit": "false"}
-            subprocess.run(["npm", "install", "--prefix", str(prefix), "--no-save", f"{package}@{version}"],
-                           env=env, check=True, capture_output=True, timeout=900)
+            env = {
+                **os.environ,
+                "HOME": str(prefix / ".npm-home"),
+                "npm_config_update_notifier": "false",
+                "npm_config_fund": "false",
+                "npm_config_audit": "false",
+            }
+            subprocess.run(
+                ["npm", "install", "--prefix", str(prefix), "--no-save", f"{package}@{version}"],
+                env=env,
+                check=True,
+                capture_output=True,
+                timeout=900,
+            )
     if not path.exists():
         raise RuntimeError(f"npm installed {package}@{version} but {path} is missing")
     return path
@@ -46,8 +79,12 @@ def npm_binary(package: str, version: str, binary: str) -> Path:
 def isolated_home_env(root: Path) -> dict[str, str]:
     """HOME, XDG dirs and TMPDIR inside `root`: a CLI under test never sees the real home."""
     env = {"HOME": str(root / "home"), "TMPDIR": str(root / "tmp")}
-    for name, sub in (("XDG_CONFIG_HOME", ".config"), ("XDG_DATA_HOME", ".local/share"),
-                      ("XDG_CACHE_HOME", ".cache"), ("XDG_STATE_HOME", ".local/state")):
+    for name, sub in (
+        ("XDG_CONFIG_HOME", ".config"),
+        ("XDG_DATA_HOME", ".local/share"),
+        ("XDG_CACHE_HOME", ".cache"),
+        ("XDG_STATE_HOME", ".local/state"),
+    ):
         env[name] = str(root / "home" / sub)
     for value in env.values():
         Path(value).mkdir(parents=True, exist_ok=True)

@@ -3,6 +3,7 @@ tests/test_screens_*.py module. Per state: `<state>.txt` the visible screen, `<s
 what the provider must read from it (and the cursor, where one was recorded) and, for a
 finished turn, `<state>.history.txt` the scrollback. scripts/record_screens/ writes them
 (kiro_cli's are written by hand)."""
+
 from __future__ import annotations
 
 import json
@@ -42,6 +43,6 @@ class ScreenFixtures:
         """The screen with its recorded cursor, rows right-stripped (as cao-server passes them)."""
         lines = self.lines(state)
         if self.rows is not None:
-            lines = (lines + [""] * self.rows)[:self.rows]
+            lines = (lines + [""] * self.rows)[: self.rows]
         row, col = self.expected(state)["cursor"]
         return Screen([line.rstrip() for line in lines], row, col)

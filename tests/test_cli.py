@@ -1,4 +1,5 @@
 """The `cao` console script end to end: a real cao-server, real tmux, the mock agent."""
+
 from __future__ import annotations
 
 import json
@@ -8,19 +9,27 @@ import select
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
-from typing import Callable
 
 from conftest import CaoServer, free_port, wait_until
 
 CAO = str(Path(sys.executable).parent / "cao")
 
 
-def run(server: CaoServer, *args: str, stdin: str | None = None, cwd: Path | None = None,
-        timeout: float = 60, **env: str) -> subprocess.CompletedProcess:
+def run(
+    server: CaoServer, *args: str, stdin: str | None = None, cwd: Path | None = None, timeout: float = 60, **env: str
+) -> subprocess.CompletedProcess:
     # stdin is never the test runner's terminal: launch's confirmation must see "not a TTY".
-    return subprocess.run([CAO, *args], env={**server.env, **env}, input=stdin if stdin is not None else "",
-                          capture_output=True, text=True, timeout=timeout, cwd=cwd)
+    return subprocess.run(
+        [CAO, *args],
+        env={**server.env, **env},
+        input=stdin if stdin is not None else "",
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        cwd=cwd,
+    )
 
 
 def ok(server: CaoServer, *args: str, **kwargs) -> str:
@@ -30,8 +39,20 @@ def ok(server: CaoServer, *args: str, **kwargs) -> str:
 
 
 def launch_headless(server: CaoServer, *extra: str) -> dict:
-    return json.loads(ok(server, "launch", "--agents", "developer", "--provider", "mock_cli",
-                         "--headless", "--yolo", "--json", *extra))
+    return json.loads(
+        ok(
+            server,
+            "launch",
+            "--agents",
+            "developer",
+            "--provider",
+            "mock_cli",
+            "--headless",
+            "--yolo",
+            "--json",
+            *extra,
+        )
+    )
 
 
 def last_output(server: CaoServer, terminal_id: str) -> str | None:
@@ -45,8 +66,20 @@ def test_version():
 
 
 def test_launch_headless_then_inspect_sessions_and_terminals(cao: CaoServer, tmp_path: Path):
-    out = ok(cao, "launch", "--agents", "developer", "--provider", "mock_cli", "--headless", "--yolo",
-             "--session-name", "demo", "hello", cwd=tmp_path)
+    out = ok(
+        cao,
+        "launch",
+        "--agents",
+        "developer",
+        "--provider",
+        "mock_cli",
+        "--headless",
+        "--yolo",
+        "--session-name",
+        "demo",
+        "hello",
+        cwd=tmp_path,
+    )
     assert "MOCK: hello" in out.splitlines()
     assert "cao-demo" in out
     (term,) = cao.client.get("/terminals").json()
@@ -79,8 +112,10 @@ def test_launch_headless_then_inspect_sessions_and_terminals(cao: CaoServer, tmp
 
     # A key reaches the agent: type text into its composer, then submit it with Enter.
     ok(cao, "terminal", "key", tid, "x")
-    wait_until(lambda: "❯ x" in cao.client.get(f"/terminals/{tid}/output").json()["output"],
-               message="typed key in the composer")
+    wait_until(
+        lambda: "❯ x" in cao.client.get(f"/terminals/{tid}/output").json()["output"],
+        message="typed key in the composer",
+    )
     ok(cao, "terminal", "key", tid, "Enter")
     wait_until(lambda: last_output(cao, tid) == "MOCK: x", message="reply after Enter key")
     bad_key = run(cao, "terminal", "key", tid, "NoSuchKey")
@@ -126,8 +161,9 @@ def test_init_creates_home_layout(cao: CaoServer, tmp_path: Path):
 
 def test_install_local_profile_then_launch_it(cao: CaoServer, tmp_path: Path):
     source = tmp_path / "my-profile.md"
-    source.write_text("---\nname: tester\ndescription: A test profile\nprovider: mock_cli\n---\n"
-                      "You test things.\n", encoding="utf-8")
+    source.write_text(
+        "---\nname: tester\ndescription: A test profile\nprovider: mock_cli\n---\nYou test things.\n", encoding="utf-8"
+    )
     out = ok(cao, "install", str(source))
     installed = cao.home / "agent-store" / "tester.md"
     assert str(installed) in out and installed.read_text(encoding="utf-8") == source.read_text(encoding="utf-8")
@@ -169,8 +205,9 @@ def test_errors_are_one_line_with_exit_code_1(cao: CaoServer):
     assert refused.returncode == 1 and "--yolo" in refused.stderr
     assert cao.client.get("/sessions").json() == []
 
-    failed = run(cao, "launch", "--agents", "developer", "--provider", "mock_cli", "--headless", "--yolo",
-                 "__mock_error__")
+    failed = run(
+        cao, "launch", "--agents", "developer", "--provider", "mock_cli", "--headless", "--yolo", "__mock_error__"
+    )
     assert failed.returncode == 1 and "reported an error" in failed.stderr
 
 
@@ -189,8 +226,9 @@ def test_info_shows_server_home_and_current_terminal(cao: CaoServer):
     assert down.returncode == 0 and "cao-server is not running" in down.stdout
 
 
-def _drive_pty(argv: list[str], env: dict[str, str], answer: bytes, until: Callable[[], bool],
-               timeout: float = 20) -> tuple[int, bytes, bool]:
+def _drive_pty(
+    argv: list[str], env: dict[str, str], answer: bytes, until: Callable[[], bool], timeout: float = 20
+) -> tuple[int, bytes, bool]:
     """Run argv on a pseudo-terminal and answer the [y/N] prompt.
 
     Ends when the program exits or, once answered, as soon as until() holds (the
@@ -230,8 +268,18 @@ def _drive_pty(argv: list[str], env: dict[str, str], answer: bytes, until: Calla
 
 def test_launch_asks_for_trust_on_a_tty_then_attaches(cao: CaoServer, tmp_path: Path):
     env = {**cao.env, "TERM": "xterm"}
-    argv = [CAO, "launch", "--agents", "developer", "--provider", "mock_cli", "--session-name", "tty",
-            "--working-directory", str(tmp_path)]
+    argv = [
+        CAO,
+        "launch",
+        "--agents",
+        "developer",
+        "--provider",
+        "mock_cli",
+        "--session-name",
+        "tty",
+        "--working-directory",
+        str(tmp_path),
+    ]
     status, seen, _ = _drive_pty(argv, env, b"n\r", until=lambda: False)
     assert os.waitstatus_to_exitcode(status) == 1
     assert b"Trust this workspace and launch?" in seen and str(tmp_path).encode() in seen

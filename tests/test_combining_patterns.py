@@ -6,6 +6,7 @@ Delays: a profile's `mock: {delay_ms}` wins over the server's CAO_MOCK_DELAY_MS,
 the demo script writes its profile copies with the delay it is given; the test asks
 for 20 ms where a human watching gets 400.
 """
+
 from __future__ import annotations
 
 import json
@@ -15,7 +16,6 @@ import sys
 from pathlib import Path
 
 import pytest
-
 from conftest import REPO, CaoServer
 
 pytestmark = pytest.mark.skipif(shutil.which("tmux") is None, reason="tmux not installed")
@@ -27,14 +27,20 @@ RESULTS = ("sales data shows steady growth", "user data shows steady growth")
 
 def _deleted_snapshots(home: Path) -> list[dict]:
     """cao writes <id>.snapshot.json when it deletes a terminal: the record of teardowns."""
-    return [json.loads(p.read_text(encoding="utf-8"))
-            for p in sorted((home / "logs" / "terminal").glob("*.snapshot.json"))]
+    return [
+        json.loads(p.read_text(encoding="utf-8")) for p in sorted((home / "logs" / "terminal").glob("*.snapshot.json"))
+    ]
 
 
 def test_quarterly_report_recipe_end_to_end(cao: CaoServer):
     env = {k: v for k, v in cao.env.items() if k != "CAO_TERMINAL_ID"}
-    proc = subprocess.run([sys.executable, str(DEMO), "--delay-ms", "20", "--timeout", "45"],
-                          env=env, capture_output=True, text=True, timeout=60)
+    proc = subprocess.run(
+        [sys.executable, str(DEMO), "--delay-ms", "20", "--timeout", "45"],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert proc.returncode == 0, f"stdout:\n{proc.stdout}\nstderr:\n{proc.stderr}"
     socket = cao.client.get("/health").json()["tmux_socket"]
     assert f"tmux -L {socket} attach -t {SESSION}" in proc.stdout

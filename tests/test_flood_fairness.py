@@ -3,6 +3,7 @@ handled by its own worker, and a terminal whose output arrives faster than it ca
 emulated switches to reading its screen from tmux (flood mode) instead of feeding every
 byte through the emulator. Latency figures are in bench/runtime_bench.py (--flood-lines);
 this test checks the mechanism and that every status stays right."""
+
 from __future__ import annotations
 
 from conftest import CaoServer, wait_until
@@ -17,8 +18,14 @@ def test_a_flooding_agent_is_read_by_snapshots_and_others_keep_taking_turns(cao:
     turns = 0
     while cao.status(flood["id"]) != "completed" or turns == 0:
         cao.send(other["id"], f"turn {turns}")
-        wait_until(lambda: cao.client.get(f"/terminals/{other['id']}/output", params={"mode": "last"})
-                   .json().get("output") == f"MOCK: turn {turns}", timeout=30, message=f"turn {turns} answered")
+        wait_until(
+            lambda turns=turns: (
+                cao.client.get(f"/terminals/{other['id']}/output", params={"mode": "last"}).json().get("output")
+                == f"MOCK: turn {turns}"
+            ),
+            timeout=30,
+            message=f"turn {turns} answered",
+        )
         cao.wait_status(other["id"], "completed")
         turns += 1
     cao.wait_status(flood["id"], "completed", timeout=60)
@@ -32,5 +39,10 @@ def test_a_flooding_agent_is_read_by_snapshots_and_others_keep_taking_turns(cao:
     assert cao.client.get("/diagnostics").json()["consumer_failures"] == []
     # Calm again: the flooded agent answers normally.
     cao.send(flood["id"], "after the flood")
-    wait_until(lambda: cao.client.get(f"/terminals/{flood['id']}/output", params={"mode": "last"})
-               .json().get("output") == "MOCK: after the flood", message="answer after the flood")
+    wait_until(
+        lambda: (
+            cao.client.get(f"/terminals/{flood['id']}/output", params={"mode": "last"}).json().get("output")
+            == "MOCK: after the flood"
+        ),
+        message="answer after the flood",
+    )

@@ -1,6 +1,7 @@
 """Status from the CLI's own signals: hooks reach cao-server through `cao-hook`
 (the mock agent runs them the way Claude Code does) and each status change
 records which signal produced it."""
+
 from __future__ import annotations
 
 import json
@@ -9,6 +10,7 @@ import subprocess
 import sys
 
 from conftest import CaoServer, wait_until
+from sse_support import EventStream
 
 HOOKED = "---\nname: hooked\nprovider: mock_cli\nmock: {hooks: true}\n---\nA mock that reports its turns by hooks.\n"
 
@@ -24,19 +26,36 @@ def test_turn_statuses_come_from_hooks(cao: CaoServer):
     term = cao.create_session("hooked")
     tid = term["id"]
     cao.send(tid, "hello hooks")
-    wait_until(lambda: cao.client.get(f"/terminals/{tid}").json()["status_source"] == "hook:Stop",
-               message="completed by the Stop hook")
+    wait_until(
+        lambda: cao.client.get(f"/terminals/{tid}").json()["status_source"] == "hook:Stop",
+        message="completed by the Stop hook",
+    )
     detail = cao.client.get(f"/terminals/{tid}").json()
     assert detail["status"] == "completed"
-    assert cao.client.get(f"/terminals/{tid}/output", params={"mode": "last"}).json()["output"] == \
-        "MOCK: hello hooks"
-    cao.send(tid, "__mock_ask__")
-    cao.wait_status(tid, "waiting_user_answer")
-    assert cao.client.get(f"/terminals/{tid}").json()["status_source"] in ("hook:Notification", "screen")
-    cao.send(tid, "yes")
-    wait_until(lambda: cao.client.get(f"/terminals/{tid}/output", params={"mode": "last"}).json().get("output")
-               == "MOCK: you answered yes", message="answered")
-    cao.wait_status(tid, "completed")
+    assert cao.client.get(f"/terminals/{tid}/output", params={"mode": "last"}).json()["output"] == "MOCK: hello hooks"
+    with EventStream(cao, f"terminal.{tid}.status") as events:
+        cao.send(tid, "__mock_ask__")
+        # The screen shows the question and the Notification hook reports it; which of the two
+        # is read first is a race, but the hook's reading is always published (its reason
+        # names the question), so a server that ignored hooks never sends this event.
+        events.until(
+            lambda f: f.data["status"] == "waiting_user_answer" and f.data["source"] == "hook:Notification",
+            message="waiting_user_answer from the Notification hook",
+        )
+        cao.send(tid, "yes")
+        done = events.until(lambda f: f.data["status"] == "completed", message="the answered turn completed")
+        assert done.data["source"] == "hook:Stop"
+    assert (
+        cao.client.get(f"/terminals/{tid}/output", params={"mode": "last"}).json()["output"] == "MOCK: you answered yes"
+    )
+    # Once hooks speak, the screen never decides busy or done: every such edge came from a hook.
+    decided = [
+        (f.data["status"], f.data["source"])
+        for f in events.frames
+        if f.data["status"] in ("processing", "completed", "idle")
+    ]
+    assert ("completed", "hook:Stop") in decided
+    assert all(source.startswith("hook:") for status, source in decided), decided
 
 
 def test_hook_events_through_http_and_cao_hook_command(cao: CaoServer):
@@ -44,19 +63,34 @@ def test_hook_events_through_http_and_cao_hook_command(cao: CaoServer):
     tid = cao.create_session("hooked")["id"]
     resp = cao.post_hook(tid, "UserPromptSubmit")
     assert resp.json() == {"success": True}
-    wait_until(lambda: cao.client.get(f"/terminals/{tid}").json()["status_source"] == "hook:UserPromptSubmit",
-               message="hook applied")
+    wait_until(
+        lambda: cao.client.get(f"/terminals/{tid}").json()["status_source"] == "hook:UserPromptSubmit",
+        message="hook applied",
+    )
+    assert cao.status(tid) == "processing"  # the screen shows an idle prompt: only the hook says busy
     # The stdlib hook command, as a CLI would run it: JSON on stdin, identity and secret from the env.
     env = {**cao.env, "CAO_TERMINAL_ID": tid, "CAO_HOOK_SECRET": cao.hook_secret(tid)}
-    proc = subprocess.run([sys.executable, "-m", "cli_agent_orchestrator.hook", "Stop"],
-                          input=json.dumps({"hook_event_name": "Stop"}), text=True, env=env, timeout=10)
+    proc = subprocess.run(
+        [sys.executable, "-m", "cli_agent_orchestrator.hook", "Stop"],
+        input=json.dumps({"hook_event_name": "Stop"}),
+        text=True,
+        env=env,
+        timeout=10,
+    )
     assert proc.returncode == 0
-    wait_until(lambda: cao.client.get(f"/terminals/{tid}").json()["status"] == "completed", message="Stop applied")
+    wait_until(
+        lambda: cao.client.get(f"/terminals/{tid}").json()["status_source"] == "hook:Stop", message="Stop applied"
+    )
+    assert cao.status(tid) == "completed"  # the screen still shows a fresh prompt: only the hook says so
     # Unknown events are taken and ignored; bad bodies and unknown terminals are refused.
     assert cao.post_hook(tid, "Whatever").json() == {"success": True}
     assert cao.client.get(f"/terminals/{tid}").json()["status"] == "completed"
-    assert cao.client.post(f"/terminals/{tid}/hooks", json={"event": "bad event!"},
-                           headers={"X-CAO-Hook-Secret": cao.hook_secret(tid)}).status_code == 422
+    assert (
+        cao.client.post(
+            f"/terminals/{tid}/hooks", json={"event": "bad event!"}, headers={"X-CAO-Hook-Secret": cao.hook_secret(tid)}
+        ).status_code
+        == 422
+    )
     assert cao.client.post("/terminals/deadbeef/hooks", json={"event": "Stop"}).status_code == 404
 
 
@@ -78,17 +112,29 @@ def test_a_hook_only_speaks_for_its_own_terminal(cao: CaoServer):
     assert no_header.status_code == 403
     detail = cao.client.get(f"/terminals/{victim}").json()
     assert detail["status"] == "completed" and detail["status_source"] == "hook:Stop"
-    assert cao.client.get(f"/terminals/{victim}/output", params={"mode": "last"}).json()["output"] == \
-        "MOCK: the real question"
+    assert (
+        cao.client.get(f"/terminals/{victim}/output", params={"mode": "last"}).json()["output"]
+        == "MOCK: the real question"
+    )
     # Still an inbox receiver: a forged "busy" would have held this message back.
     cao.client.post(f"/terminals/{victim}/inbox/messages", json={"sender_id": "tester", "message": "from inbox"})
-    wait_until(lambda: cao.client.get(f"/terminals/{victim}/output", params={"mode": "last"}).json().get("output")
-               == "MOCK: from inbox", message="inbox delivered")
+    wait_until(
+        lambda: (
+            cao.client.get(f"/terminals/{victim}/output", params={"mode": "last"}).json().get("output")
+            == "MOCK: from inbox"
+        ),
+        message="inbox delivered",
+    )
 
 
 def test_hook_command_never_fails_the_cli(tmp_path):
     env = {k: v for k, v in os.environ.items() if k != "CAO_TERMINAL_ID"}
     for extra in ({}, {"CAO_TERMINAL_ID": "deadbeef", "CAO_API_PORT": "1"}):
-        proc = subprocess.run([sys.executable, "-m", "cli_agent_orchestrator.hook", "Stop"], input="not json",
-                              text=True, env={**env, **extra}, timeout=10)
+        proc = subprocess.run(
+            [sys.executable, "-m", "cli_agent_orchestrator.hook", "Stop"],
+            input="not json",
+            text=True,
+            env={**env, **extra},
+            timeout=10,
+        )
         assert proc.returncode == 0

@@ -1,4 +1,5 @@
 """Two cao instances side by side: separate homes, ports and tmux servers."""
+
 from __future__ import annotations
 
 

@@ -1,4 +1,5 @@
 """The mock coding agent (real tmux, private server) and its provider's parsers."""
+
 from __future__ import annotations
 
 import hashlib
@@ -13,18 +14,20 @@ import subprocess
 import sys
 import termios
 import time
+from collections.abc import Callable
 from pathlib import Path
-from typing import Callable
 
 import pytest
 
+import cao_testkit
 import cli_agent_orchestrator
+from cao_testkit.provider import PROVIDER, build_launch, extract_reply, read_status
 from cli_agent_orchestrator.models import TerminalStatus as S
 from cli_agent_orchestrator.providers.base import LaunchContext, Screen
-from cli_agent_orchestrator.providers.mock_cli import PROVIDER, build_launch, extract_reply, read_status
 
-SRC = str(Path(cli_agent_orchestrator.__file__).resolve().parents[1])
-AGENT_ARGV = [sys.executable, "-m", "cli_agent_orchestrator.mock.agent"]
+# The agent runs under tmux: both source trees on its path, whatever the caller's environment.
+SRC = os.pathsep.join(str(Path(pkg.__file__).resolve().parents[1]) for pkg in (cli_agent_orchestrator, cao_testkit))
+AGENT_ARGV = [sys.executable, "-m", "cao_testkit.mock.agent"]
 needs_tmux = pytest.mark.skipif(shutil.which("tmux") is None, reason="tmux not installed")
 
 
@@ -44,12 +47,33 @@ class Pane:
         env = {"CAO_MOCK_RECORD": str(self.record), "CAO_MOCK_DELAY_MS": "50", **env}
         command = shlex.join(["env", *(f"{k}={v}" for k, v in env.items()), *AGENT_ARGV])
         # remain-on-exit lets the /exit test read the exit status of the dead pane.
-        self.tmux("new-session", "-d", "-s", "m", "-x", "220", "-y", "50", command,
-                  ";", "set-option", "-w", "-t", "m", "remain-on-exit", "on")
+        self.tmux(
+            "new-session",
+            "-d",
+            "-s",
+            "m",
+            "-x",
+            "220",
+            "-y",
+            "50",
+            command,
+            ";",
+            "set-option",
+            "-w",
+            "-t",
+            "m",
+            "remain-on-exit",
+            "on",
+        )
 
     def tmux(self, *args: str, data: bytes | None = None) -> str:
-        proc = subprocess.run(["tmux", "-S", self.sock, "-f", "/dev/null", *args], input=data,
-                              capture_output=True, env=_agent_env(), timeout=10)
+        proc = subprocess.run(
+            ["tmux", "-S", self.sock, "-f", "/dev/null", *args],
+            input=data,
+            capture_output=True,
+            env=_agent_env(),
+            timeout=10,
+        )
         assert proc.returncode == 0, proc.stderr.decode(errors="replace")
         return proc.stdout.decode("utf-8", errors="replace")
 
@@ -59,8 +83,7 @@ class Pane:
     def screen(self) -> Screen:
         text = self.tmux("capture-pane", "-p", "-t", "m")
         x, y = self.tmux("display-message", "-p", "-t", "m", "#{cursor_x} #{cursor_y}").split()
-        return Screen(lines=[line.rstrip() for line in text.split("\n")[:50]],
-                      cursor_row=int(y), cursor_col=int(x))
+        return Screen(lines=[line.rstrip() for line in text.split("\n")[:50]], cursor_row=int(y), cursor_col=int(x))
 
     def history(self) -> list[str]:
         return self.tmux("capture-pane", "-p", "-J", "-S", "-", "-t", "m").split("\n")
@@ -68,8 +91,7 @@ class Pane:
     def paste(self, text: str | bytes, bracketed: bool = True) -> None:
         data = text.encode("utf-8") if isinstance(text, str) else text
         flags = ["-p"] if bracketed else []
-        self.tmux("load-buffer", "-b", "t", "-", ";", "paste-buffer", *flags, "-d", "-b", "t", "-t", "m",
-                  data=data)
+        self.tmux("load-buffer", "-b", "t", "-", ";", "paste-buffer", *flags, "-d", "-b", "t", "-t", "m", data=data)
 
     def keys(self, *keys: str) -> None:
         self.tmux("send-keys", "-t", "m", *keys)
@@ -85,8 +107,9 @@ class Pane:
             if pred(screen):
                 return screen
             if time.monotonic() > deadline:
-                raise AssertionError(f"timed out waiting for {what}; status "
-                                     f"{read_status(screen)}; screen:\n{screen.text}")
+                raise AssertionError(
+                    f"timed out waiting for {what}; status {read_status(screen)}; screen:\n{screen.text}"
+                )
             time.sleep(0.02)
 
     def wait_status(self, status: S, timeout: float = 5.0) -> Screen:
@@ -94,8 +117,11 @@ class Pane:
 
     def wait_reply(self, expected: str, timeout: float = 5.0) -> None:
         """Completed with `expected` as the last reply (the previous turn may also be completed)."""
-        self.wait(lambda s: read_status(s).status == S.COMPLETED and extract_reply(self.history()) == expected,
-                  timeout, f"reply {expected[:60]!r}")
+        self.wait(
+            lambda s: read_status(s).status == S.COMPLETED and extract_reply(self.history()) == expected,
+            timeout,
+            f"reply {expected[:60]!r}",
+        )
 
     def recorded(self) -> list[str]:
         return [json.loads(line) for line in self.record.read_text(encoding="utf-8").splitlines()]
@@ -141,8 +167,10 @@ def test_turn_completes_and_reply_is_exact(pane: Pane) -> None:
 
 @needs_tmux
 def test_multiline_paste_recorded_byte_exact(pane: Pane) -> None:
-    text = ("say \"hi\" and 'bye'\n$(rm -rf /) `whoami` $HOME \\n %s {}\n\tindented\ttabs\n"
-            "ünïcödé 日本語 🎉 — “quotes”\n\n  last line")
+    text = (
+        "say \"hi\" and 'bye'\n$(rm -rf /) `whoami` $HOME \\n %s {}\n\tindented\ttabs\n"
+        "ünïcödé 日本語 🎉 — “quotes”\n\n  last line"
+    )
     pane.send(text)
     # tmux shows tabs as spaces; both reply prefixes are two columns wide.
     shown = "\n".join(("  " + line).expandtabs(8)[2:] for line in ("MOCK: " + text).split("\n"))
@@ -154,7 +182,7 @@ def test_multiline_paste_recorded_byte_exact(pane: Pane) -> None:
 def test_large_paste_summarised_and_recorded(pane: Pane) -> None:
     rows, size = [], 0
     while size < 100_000:
-        rows.append(f"{len(rows):05d} \"q\" $(x) `y` ünï 日本 {'z' * 40}")
+        rows.append(f'{len(rows):05d} "q" $(x) `y` ünï 日本 {"z" * 40}')
         size += len(rows[-1]) + 1
     text = "\n".join(rows)
     pane.paste(text)
@@ -198,16 +226,17 @@ def test_long_reply_extracted(pane: Pane) -> None:
 
 @needs_tmux
 def test_sleep_is_processing_and_typeahead_is_kept(pane: Pane) -> None:
-    start = time.monotonic()
-    pane.send("__mock_sleep_1")
+    pane.send("__mock_sleep_2")
     screen = pane.wait_status(S.PROCESSING)
     assert screen.last_nonblank()[0].endswith(" Thinking… (esc to interrupt)")
-    pane.keys("next")  # typed while busy: hidden, shown after the reply
-    screen = pane.wait(lambda s: read_status(s).status != S.PROCESSING, timeout=5, what="end of sleep")
-    assert time.monotonic() - start >= 1.0
+    # Typed while busy: hidden, shown after the reply; the Enter is ignored while busy. Had the
+    # agent not been sleeping, the Enter would have submitted "next" as a turn of its own.
+    pane.keys("next", "Enter")
+    screen = pane.wait(lambda s: read_status(s).status != S.PROCESSING, timeout=10, what="end of sleep")
     assert read_status(screen).status == S.IDLE and read_status(screen).composer_has_text
-    assert screen.last_nonblank(2) == ["⏺ MOCK: slept 1s", "❯ next"]
-    assert extract_reply(pane.history()) == "MOCK: slept 1s"
+    assert screen.last_nonblank(2) == ["⏺ MOCK: slept 2s", "❯ next"]
+    assert extract_reply(pane.history()) == "MOCK: slept 2s"
+    assert pane.recorded() == ["__mock_sleep_2"]
 
 
 @needs_tmux
@@ -220,8 +249,7 @@ def test_interrupts_and_junk(pane: Pane) -> None:
     pane.send("__mock_sleep_30")
     pane.wait_status(S.PROCESSING)
     pane.keys("Escape")
-    pane.wait(lambda s: s.lines.count("Interrupted.") == 2 and read_status(s).status == S.IDLE,
-              what="second interrupt")
+    pane.wait(lambda s: s.lines.count("Interrupted.") == 2 and read_status(s).status == S.IDLE, what="second interrupt")
     # Raw binary junk (not a bracketed paste) must not kill the agent; Ctrl-C clears it.
     junk = bytes(b for b in random.Random(7).randbytes(3000) if b not in b"\r\n\x03")
     pane.paste(junk, bracketed=False)
@@ -301,8 +329,13 @@ def test_read_status_basic_states() -> None:
 
 
 def test_read_status_question() -> None:
-    q = ["❯ __mock_ask__", "? Mock question: proceed with the change?", "  1. Yes", "  2. No",
-         "  (type an answer and press Enter)"]
+    q = [
+        "❯ __mock_ask__",
+        "? Mock question: proceed with the change?",
+        "  1. Yes",
+        "  2. No",
+        "  (type an answer and press Enter)",
+    ]
     assert status(BANNER, *q, "answer>") == (S.WAITING_USER_ANSWER, "", False)
     assert status(BANNER, *q, "answer> y") == (S.WAITING_USER_ANSWER, "", True)
     assert status(BANNER, *q, "answer> y", "⏺ MOCK: you answered y", "❯") == (S.COMPLETED, "", False)
@@ -311,10 +344,22 @@ def test_read_status_question() -> None:
 
 def test_read_status_not_fooled_by_quoted_markers() -> None:
     # The user quoted a whole transcript; in the reply every quoted line is indented.
-    reply = ["⏺ MOCK: look:", "  ❯ fake prompt", "  ✻ Thinking… (esc to interrupt)", "  ✗ Error: fake",
-             "  answer>", "  ⏺ fake reply"]
-    composer = ["❯ look:", "  ❯ fake prompt", "  ✻ Thinking… (esc to interrupt)", "  ✗ Error: fake",
-                "  answer>", "  ⏺ fake reply"]
+    reply = [
+        "⏺ MOCK: look:",
+        "  ❯ fake prompt",
+        "  ✻ Thinking… (esc to interrupt)",
+        "  ✗ Error: fake",
+        "  answer>",
+        "  ⏺ fake reply",
+    ]
+    composer = [
+        "❯ look:",
+        "  ❯ fake prompt",
+        "  ✻ Thinking… (esc to interrupt)",
+        "  ✗ Error: fake",
+        "  answer>",
+        "  ⏺ fake reply",
+    ]
     assert status(BANNER, *composer) == (S.IDLE, "", True)
     assert status(BANNER, *composer, "✻ Thinking… (esc to interrupt)")[0] == S.PROCESSING
     assert status(BANNER, *composer, *reply, "❯") == (S.COMPLETED, "", False)
@@ -346,8 +391,16 @@ def test_extract_reply() -> None:
     assert extract_reply(first + ["❯ next", "✻ Thinking… (esc to interrupt)", ""]) is None
     # Unsubmitted composer text at the bottom does not hide the last reply.
     assert extract_reply(first + ["❯ draft", "  more", "", ""]) == "MOCK: hi"
-    ask = ["❯ __mock_ask__", "? Mock question: proceed with the change?", "  1. Yes", "  2. No",
-           "  (type an answer and press Enter)", "answer> no", "⏺ MOCK: you answered no", "❯ "]
+    ask = [
+        "❯ __mock_ask__",
+        "? Mock question: proceed with the change?",
+        "  1. Yes",
+        "  2. No",
+        "  (type an answer and press Enter)",
+        "answer> no",
+        "⏺ MOCK: you answered no",
+        "❯ ",
+    ]
     assert extract_reply(first + ask) == "MOCK: you answered no"
     # Quoted markers stay inside the reply.
     quoted = ["❯ x", "  ❯ y", "  ⏺ z", "⏺ MOCK: x", "  ❯ y", "  ⏺ z", "❯ "]
@@ -357,12 +410,21 @@ def test_extract_reply() -> None:
 
 
 def test_build_launch(tmp_path: Path) -> None:
-    ctx = LaunchContext(terminal_id="abcd1234", profile_name="dev", system_prompt="", working_directory="/",
-                        home_dir=tmp_path, profile_extra={"mock": {"delay_ms": 200, "record": "/tmp/r",
-                                                                   "startup_ms": 5}})
+    ctx = LaunchContext(
+        terminal_id="abcd1234",
+        profile_name="dev",
+        system_prompt="",
+        working_directory="/",
+        home_dir=tmp_path,
+        profile_extra={"mock": {"delay_ms": 200, "record": "/tmp/r", "startup_ms": 5}},
+    )
     launch = build_launch(ctx)
     assert launch.argv == AGENT_ARGV
-    assert launch.env == {"CAO_MOCK_PROFILE": "dev", "CAO_MOCK_DELAY_MS": "200",
-                          "CAO_MOCK_RECORD": "/tmp/r", "CAO_MOCK_STARTUP_MS": "5"}
+    assert launch.env == {
+        "CAO_MOCK_PROFILE": "dev",
+        "CAO_MOCK_DELAY_MS": "200",
+        "CAO_MOCK_RECORD": "/tmp/r",
+        "CAO_MOCK_STARTUP_MS": "5",
+    }
     assert PROVIDER.name == "mock_cli" and PROVIDER.startup_timeout == 15.0
     assert not PROVIDER.accepts_input_while_busy

@@ -1,5 +1,6 @@
 """The mock agent's scripted brain: rule matching, templates, collect/until, tool results
 (with a fake tool caller), and one brain step going through the real cao-mcp-server."""
+
 from __future__ import annotations
 
 import json
@@ -8,8 +9,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from conftest import CaoServer, wait_until
 
-from cli_agent_orchestrator.mock.brain import (
+from cao_testkit.mock.brain import (
     Brain,
     BrainError,
     brain_from_env,
@@ -18,9 +20,8 @@ from cli_agent_orchestrator.mock.brain import (
     parse_rules,
     render,
 )
+from cao_testkit.provider import build_launch
 from cli_agent_orchestrator.providers.base import LaunchContext
-from cli_agent_orchestrator.providers.mock_cli import build_launch
-from conftest import CaoServer, wait_until
 
 
 class FakeTools:
@@ -42,8 +43,13 @@ def brain(rules: list[dict], tools: FakeTools | None = None) -> Brain:
 
 # --- matching and templates ---------------------------------------------------------------
 def test_first_matching_rule_wins_and_unmatched_input_gets_the_usual_echo():
-    b = brain([{"match": "hello", "reply": "first"}, {"match": "hel+o", "reply": "second"},
-               {"match": "other", "reply": "third"}])
+    b = brain(
+        [
+            {"match": "hello", "reply": "first"},
+            {"match": "hel+o", "reply": "second"},
+            {"match": "other", "reply": "third"},
+        ]
+    )
     assert b.reply("say hello") == "first"
     assert b.reply("helllo") == "second"
     assert b.reply("nothing here") == "MOCK: nothing here"
@@ -57,10 +63,11 @@ def test_rule_without_reply_uses_the_fallback_and_a_missing_match_matches_everyt
 
 
 def test_template_variables_groups_and_unknown_names():
-    b = brain([{"match": r"Analyze (\w+) (data)",
-                "reply": "{g1}/{g2}/{g3}|{match}|{nope}|{message}|{ not a name }"}])
-    assert b.reply("please Analyze sales data\nnow") == \
-        "sales/data/{g3}|Analyze sales data|{nope}|please Analyze sales data\nnow|{ not a name }"
+    b = brain([{"match": r"Analyze (\w+) (data)", "reply": "{g1}/{g2}/{g3}|{match}|{nope}|{message}|{ not a name }"}])
+    assert (
+        b.reply("please Analyze sales data\nnow")
+        == "sales/data/{g3}|Analyze sales data|{nope}|please Analyze sales data\nnow|{ not a name }"
+    )
 
 
 def test_match_is_dotall_search():
@@ -76,11 +83,25 @@ def test_render_lists_counts_and_non_strings():
 # --- collect / until ------------------------------------------------------------------------
 def test_collect_until_waits_then_runs_steps_once_enough_arrived():
     tools = FakeTools(handoff={"success": True, "output": "the report", "terminal_id": "aaaaaaaa"})
-    b = brain([{"match": r"Analysis result: ([^\n]*)", "collect": "results", "until": {"results": 2},
+    b = brain(
+        [
+            {
+                "match": r"Analysis result: ([^\n]*)",
+                "collect": "results",
+                "until": {"results": 2},
                 "waiting": "Got {results_count} of 2",
-                "steps": [{"tool": "handoff", "args": {"agent_profile": "reporter",
-                                                         "message": "Fill with: {results}"}, "save": "report"}],
-                "reply": "FINAL REPORT:\n{report}"}], tools)
+                "steps": [
+                    {
+                        "tool": "handoff",
+                        "args": {"agent_profile": "reporter", "message": "Fill with: {results}"},
+                        "save": "report",
+                    }
+                ],
+                "reply": "FINAL REPORT:\n{report}",
+            }
+        ],
+        tools,
+    )
     assert b.reply("Analysis result: sales up\n\n[Message from terminal 11111111.]") == "Got 1 of 2"
     assert tools.calls == []
     assert b.reply("Analysis result: users up\n\n[Message from terminal 22222222.]") == "FINAL REPORT:\nthe report"
@@ -102,21 +123,33 @@ def test_until_on_a_list_nobody_filled_yet_waits():
 
 # --- steps and results --------------------------------------------------------------------------
 def test_saved_main_values_per_tool_and_state_across_turns():
-    tools = FakeTools(assign=lambda a: {"success": True, "terminal_id": "w-" + a["message"][-1], "message": "ok"},
-                      handoff={"success": True, "output": "TEMPLATE", "terminal_id": "bbbbbbbb"},
-                      send_message={"success": True, "message_id": 7, "receiver_id": "cccccccc"},
-                      other={"success": True, "value": [1, 2]})
-    b = brain([
-        {"match": "start", "steps": [
-            {"tool": "assign", "args": {"agent_profile": "analyst", "message": "job A"}, "save": "a"},
-            {"tool": "assign", "args": {"agent_profile": "analyst", "message": "job B"}, "save": "b"},
-            {"tool": "handoff", "args": {"agent_profile": "reporter", "message": "for {a} and {b}"},
-             "save": "template"},
-            {"tool": "send_message", "args": {"message": "hi", "receiver_id": "{a}"}, "save": "mid"},
-            {"tool": "other", "args": {"n": 1, "flag": True, "nested": ["{a}", {"k": "{b}"}]}, "save": "raw"}],
-         "reply": "{a} {b} {template} {mid} {raw}"},
-        {"match": "later", "reply": "still {template}"},
-    ], tools)
+    tools = FakeTools(
+        assign=lambda a: {"success": True, "terminal_id": "w-" + a["message"][-1], "message": "ok"},
+        handoff={"success": True, "output": "TEMPLATE", "terminal_id": "bbbbbbbb"},
+        send_message={"success": True, "message_id": 7, "receiver_id": "cccccccc"},
+        other={"success": True, "value": [1, 2]},
+    )
+    b = brain(
+        [
+            {
+                "match": "start",
+                "steps": [
+                    {"tool": "assign", "args": {"agent_profile": "analyst", "message": "job A"}, "save": "a"},
+                    {"tool": "assign", "args": {"agent_profile": "analyst", "message": "job B"}, "save": "b"},
+                    {
+                        "tool": "handoff",
+                        "args": {"agent_profile": "reporter", "message": "for {a} and {b}"},
+                        "save": "template",
+                    },
+                    {"tool": "send_message", "args": {"message": "hi", "receiver_id": "{a}"}, "save": "mid"},
+                    {"tool": "other", "args": {"n": 1, "flag": True, "nested": ["{a}", {"k": "{b}"}]}, "save": "raw"},
+                ],
+                "reply": "{a} {b} {template} {mid} {raw}",
+            },
+            {"match": "later", "reply": "still {template}"},
+        ],
+        tools,
+    )
     assert b.reply("start") == 'w-A w-B TEMPLATE 7 {"success": true, "value": [1, 2]}'
     assert tools.calls[2] == ("handoff", {"agent_profile": "reporter", "message": "for w-A and w-B"})
     assert tools.calls[3] == ("send_message", {"message": "hi", "receiver_id": "w-A"})
@@ -125,13 +158,32 @@ def test_saved_main_values_per_tool_and_state_across_turns():
 
 
 def test_failed_tool_ends_the_turn_with_an_error_unless_allowed():
-    tools = FakeTools(send_message={"success": False, "error": "no caller to reply to"},
-                      handoff={"success": False, "message": "Handoff timed out after 5 seconds", "output": None})
-    b = brain([{"match": "strict", "steps": [{"tool": "send_message", "args": {"message": "x"}},
-                                             {"tool": "never"}], "reply": "not reached"},
-               {"match": "lenient", "steps": [{"tool": "handoff", "args": {"agent_profile": "r", "message": "m"},
-                                               "save": "out", "allow_failure": True}], "reply": "went on: {out}"}],
-              tools)
+    tools = FakeTools(
+        send_message={"success": False, "error": "no caller to reply to"},
+        handoff={"success": False, "message": "Handoff timed out after 5 seconds", "output": None},
+    )
+    b = brain(
+        [
+            {
+                "match": "strict",
+                "steps": [{"tool": "send_message", "args": {"message": "x"}}, {"tool": "never"}],
+                "reply": "not reached",
+            },
+            {
+                "match": "lenient",
+                "steps": [
+                    {
+                        "tool": "handoff",
+                        "args": {"agent_profile": "r", "message": "m"},
+                        "save": "out",
+                        "allow_failure": True,
+                    }
+                ],
+                "reply": "went on: {out}",
+            },
+        ],
+        tools,
+    )
     with pytest.raises(BrainError) as err:
         b.reply("strict")
     assert err.value.error_text == "send_message failed: no caller to reply to"
@@ -140,14 +192,17 @@ def test_failed_tool_ends_the_turn_with_an_error_unless_allowed():
 
 
 # --- configuration ---------------------------------------------------------------------------------
-@pytest.mark.parametrize("rules, words", [
-    ([{"match": "x", "stesp": []}], "unknown key"),
-    ([{"match": "("}], "bad `match` regex"),
-    ([{"match": "x", "steps": [{"args": {}}]}], "`tool`"),
-    ([{"match": "x", "steps": [{"tool": "t", "save": "bad name"}]}], "`save`"),
-    ([{"match": "x", "until": {"r": "two"}}], "`until`"),
-    ({"not": "a list"}, "must be a list"),
-])
+@pytest.mark.parametrize(
+    "rules, words",
+    [
+        ([{"match": "x", "stesp": []}], "unknown key"),
+        ([{"match": "("}], "bad `match` regex"),
+        ([{"match": "x", "steps": [{"args": {}}]}], "`tool`"),
+        ([{"match": "x", "steps": [{"tool": "t", "save": "bad name"}]}], "`save`"),
+        ([{"match": "x", "until": {"r": "two"}}], "`until`"),
+        ({"not": "a list"}, "must be a list"),
+    ],
+)
 def test_bad_rules_are_reported_with_their_place(rules: Any, words: str):
     with pytest.raises(ValueError, match=words):
         parse_rules(rules)
@@ -157,8 +212,9 @@ def test_load_rules_from_env_json_and_from_a_yaml_file(tmp_path: Path):
     assert load_rules({}) is None
     path = tmp_path / "brain.yaml"
     path.write_text("rules:\n  - match: 'Analyze (\\w+) data'\n    reply: \"got {g1}\"\n", encoding="utf-8")
-    rules = load_rules({"CAO_MOCK_RULES": json.dumps([{"match": "first", "reply": "inline"}]),
-                        "CAO_MOCK_BRAIN": str(path)})
+    rules = load_rules(
+        {"CAO_MOCK_RULES": json.dumps([{"match": "first", "reply": "inline"}]), "CAO_MOCK_BRAIN": str(path)}
+    )
     assert rules is not None
     b = Brain(rules, FakeTools())
     assert b.reply("first Analyze x data") == "inline"  # inline rules are tried first
@@ -167,15 +223,17 @@ def test_load_rules_from_env_json_and_from_a_yaml_file(tmp_path: Path):
 
 def test_no_rules_means_no_brain_and_broken_rules_fail_every_turn_visibly():
     assert brain_from_env({}) is None
-    reply = brain_from_env({"CAO_MOCK_RULES": "[{\"match\": \"(\"}]"})
+    reply = brain_from_env({"CAO_MOCK_RULES": '[{"match": "("}]'})
     assert reply is not None
     with pytest.raises(BrainError, match="mock brain: CAO_MOCK_RULES, rule 1: bad `match` regex"):
         reply("hello")
 
 
 def test_mcp_command_from_env():
-    assert mcp_command({"CAO_MOCK_MCP_COMMAND": json.dumps(["/x/cao-mcp-server", "--flag"])}) == \
-        ["/x/cao-mcp-server", "--flag"]
+    assert mcp_command({"CAO_MOCK_MCP_COMMAND": json.dumps(["/x/cao-mcp-server", "--flag"])}) == [
+        "/x/cao-mcp-server",
+        "--flag",
+    ]
     assert mcp_command({}) == ["cao-mcp-server"]
     with pytest.raises(ValueError):
         mcp_command({"CAO_MOCK_MCP_COMMAND": "[1, 2]"})
@@ -183,9 +241,15 @@ def test_mcp_command_from_env():
 
 def test_provider_passes_rules_as_json_and_the_mcp_command(tmp_path: Path):
     rules = [{"match": "a", "reply": "b", "steps": [{"tool": "assign", "args": {"n": 1}}]}]
-    ctx = LaunchContext(terminal_id="abcdef12", profile_name="sup", system_prompt="", working_directory="/",
-                        home_dir=tmp_path, mcp_server_argv=["/bin/cao-mcp-server"],
-                        profile_extra={"mock": {"rules": rules, "brain": "b.yaml", "delay_ms": 20}})
+    ctx = LaunchContext(
+        terminal_id="abcdef12",
+        profile_name="sup",
+        system_prompt="",
+        working_directory="/",
+        home_dir=tmp_path,
+        mcp_server_argv=["/bin/cao-mcp-server"],
+        profile_extra={"mock": {"rules": rules, "brain": "b.yaml", "delay_ms": 20}},
+    )
     env = build_launch(ctx).env
     assert json.loads(env["CAO_MOCK_RULES"]) == rules
     assert env["CAO_MOCK_BRAIN"] == "b.yaml" and env["CAO_MOCK_DELAY_MS"] == "20"
@@ -234,8 +298,11 @@ def test_brain_step_goes_through_cao_mcp_server_into_another_inbox(cao: CaoServe
 
     cao.send(sender, f"tell {receiver}: hello through MCP")
     cao.wait_status(sender, "completed", timeout=30)
-    messages = wait_until(lambda: [m for m in _inbox(cao, receiver) if m["status"] == "delivered"],
-                          timeout=15, message="delivered inbox message")
+    messages = wait_until(
+        lambda: [m for m in _inbox(cao, receiver) if m["status"] == "delivered"],
+        timeout=15,
+        message="delivered inbox message",
+    )
     assert len(messages) == 1
     msg = messages[0]
     assert msg["sender_id"] == sender

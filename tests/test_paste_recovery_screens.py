@@ -3,6 +3,7 @@ the count of the message from MARK_ROWS_ABOVE rows above the cursor row taken be
 paste, compared with the same rows afterwards. Checked against screens recorded from each
 real CLI (scripts/record_screens/paste_screens.py → tests/fixtures/paste/<provider>/): the
 short and the long paste in the composer, after submission, and the same message twice."""
+
 from __future__ import annotations
 
 import json
@@ -15,10 +16,20 @@ from cli_agent_orchestrator.services.inbox import MARK_ROWS_ABOVE, occurrences, 
 FIXTURES = Path(__file__).parent / "fixtures" / "paste"
 PROVIDERS = sorted(p.name for p in FIXTURES.iterdir() if p.is_dir())
 SHORT = "please run the tests again"
-LONG = "\n".join([f"line {i:02d} of the long paste: lorem ipsum dolor sit amet, consectetur adipiscing elit"[:75]
-                  for i in range(1, 40)] + ["END-OF-LONG-PASTE-7f3a"])
-STATES = {"short_composer": SHORT, "short_submitted": SHORT, "short_twice_submitted": SHORT,
-          "long_composer": LONG, "long_submitted": LONG}
+LONG = "\n".join(
+    [
+        f"line {i:02d} of the long paste: lorem ipsum dolor sit amet, consectetur adipiscing elit"[:75]
+        for i in range(1, 40)
+    ]
+    + ["END-OF-LONG-PASTE-7f3a"]
+)
+STATES = {
+    "short_composer": SHORT,
+    "short_submitted": SHORT,
+    "short_twice_submitted": SHORT,
+    "long_composer": LONG,
+    "long_submitted": LONG,
+}
 
 
 def _regions(provider: str, state: str) -> tuple[str, str]:
@@ -29,7 +40,7 @@ def _regions(provider: str, state: str) -> tuple[str, str]:
     before = base.with_name(f"{state}.before.visible.txt").read_text().split("\n")
     after = base.with_name(f"{state}.rows.txt").read_text().split("\n")
     start = row - MARK_ROWS_ABOVE
-    return "\n".join(before[max(start, 0):]), "\n".join(after[max(history + start, 0):])
+    return "\n".join(before[max(start, 0) :]), "\n".join(after[max(history + start, 0) :])
 
 
 def test_every_cli_was_recorded():

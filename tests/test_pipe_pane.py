@@ -1,5 +1,6 @@
 """The pipe-pane output source (CAO_OUTPUT_SOURCE=pipe-pane) end to end: a real
 cao-server, real tmux, the mock agent; output read from one FIFO per terminal."""
+
 from __future__ import annotations
 
 import re
@@ -7,11 +8,11 @@ import stat
 from pathlib import Path
 
 import pytest
+from conftest import CaoServer, read_records, wait_until
 
 from cli_agent_orchestrator.backends.tmux import TmuxBackend
 from cli_agent_orchestrator.bus import EventBus
 from cli_agent_orchestrator.errors import BackendError
-from conftest import CaoServer, read_records, wait_until
 
 PIPE = {"CAO_OUTPUT_SOURCE": "pipe-pane"}
 
@@ -74,8 +75,10 @@ def test_turns_big_input_errors_inbox_and_cleanup(cao_factory, tmp_path: Path):
     assert _reader_threads(server) == 2
     resp = server.client.post(f"/terminals/{rcv}/inbox/messages", json={"sender_id": tid, "message": "via inbox"})
     assert resp.status_code == 200, resp.text
-    wait_until(lambda: [m["status"] for m in server.client.get(f"/terminals/{rcv}/inbox/messages").json()]
-               == ["delivered"], message="inbox message delivered")
+    wait_until(
+        lambda: [m["status"] for m in server.client.get(f"/terminals/{rcv}/inbox/messages").json()] == ["delivered"],
+        message="inbox message delivered",
+    )
     server.wait_status(rcv, "completed")
     assert _last(server, rcv) == "MOCK: via inbox"
 
@@ -132,6 +135,7 @@ def test_kill9_restart_readopts_and_a_new_turn_completes(cao_factory, tmp_path: 
     wait_until(piped, message="pipe restarted")
     server.send(tid, "after repipe")
     log = server.home / "logs" / "terminal" / f"{tid}.log"  # written from the output stream
-    wait_until(lambda: log.exists() and b"MOCK: after repipe" in log.read_bytes(),
-               message="reply read from the new pipe")
+    wait_until(
+        lambda: log.exists() and b"MOCK: after repipe" in log.read_bytes(), message="reply read from the new pipe"
+    )
     server.wait_status(tid, "completed")

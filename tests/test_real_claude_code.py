@@ -6,12 +6,12 @@ that none of their processes outlive them. The test prepares its fake HOME's
 `~/.claude.json` with the first-run flag only (as a user who has run Claude
 before): folder trust is left to the provider's start-up dialog answer.
 """
+
 from __future__ import annotations
 
 import json
 import os
 import re
-import shutil
 import signal
 import sys
 from pathlib import Path
@@ -19,47 +19,70 @@ from pathlib import Path
 import anyio
 import psutil
 import pytest
+from conftest import CaoServer, wait_until
+from crash_support import long_paste_survives_a_crash
 from mcp.client.session import ClientSession
 from mcp.client.stdio import StdioServerParameters, stdio_client
 
-from crash_support import long_paste_survives_a_crash
-from conftest import CaoServer, wait_until
-from real_cli_support import isolated_home_env, npm_binary, real_cli_server
+# Autouse: without tmux every test here skips, or fails under CI (CAO_REQUIRE_REAL_CLIS).
+from real_cli_support import (
+    isolated_home_env,
+    npm_binary,
+    real_cli_prerequisites,  # noqa: F401
+    real_cli_server,
+)
 
-from cli_agent_orchestrator.scripted_model.harness import ScriptedModelServer
-
-pytestmark = pytest.mark.skipif(shutil.which("tmux") is None, reason="tmux not installed")
+from cao_testkit.scripted_model.harness import ScriptedModelServer
 
 VERSION = "2.1.197"
 HELLO = "Hello from the scripted model."
 SCRIPT = [
     {"match": "say hello", "reply": HELLO},
-    {"match": "list the marker", "steps": [{"tool": "shell", "args": {"command": "echo marker-42"}},
-                                           {"text": "The command printed {tool_result}."}]},
-    {"match": "create the file", "steps": [{"tool": "shell", "args": {"command": "touch created.txt"}},
-                                           {"text": "Created it."}]},
-    {"match": "create another", "steps": [{"tool": "shell", "args": {"command": "touch other.txt"}},
-                                          {"text": "Created another."}]},
+    {
+        "match": "list the marker",
+        "steps": [
+            {"tool": "shell", "args": {"command": "echo marker-42"}},
+            {"text": "The command printed {tool_result}."},
+        ],
+    },
+    {
+        "match": "create the file",
+        "steps": [{"tool": "shell", "args": {"command": "touch created.txt"}}, {"text": "Created it."}],
+    },
+    {
+        "match": "create another",
+        "steps": [{"tool": "shell", "args": {"command": "touch other.txt"}}, {"text": "Created another."}],
+    },
     {"match": "take your time", "steps": [{"delay_ms": 60000}, {"text": "late"}]},
-    {"match": "delegate the greeting", "steps": [
-        {"tool": "mcp:cao-mcp-server:handoff", "args": {"agent_profile": "mock_worker",
-                                                                 "message": "greet the team"}},
-        {"text": "Handoff finished."}]},
-    {"match": "report back the marker", "steps": [
-        {"tool": "mcp:cao-mcp-server:send_message", "args": {"message": "worker result marker-77"}},
-        {"text": "Sent."}]},
+    {
+        "match": "delegate the greeting",
+        "steps": [
+            {
+                "tool": "mcp:cao-mcp-server:handoff",
+                "args": {"agent_profile": "mock_worker", "message": "greet the team"},
+            },
+            {"text": "Handoff finished."},
+        ],
+    },
+    {
+        "match": "report back the marker",
+        "steps": [
+            {"tool": "mcp:cao-mcp-server:send_message", "args": {"message": "worker result marker-77"}},
+            {"text": "Sent."},
+        ],
+    },
 ]
 PROFILES = {
     "claude_dev": "---\nname: claude_dev\nprovider: claude_code\n---\nYou are the cao test developer ZX81.\n",
     "claude_worker": "---\nname: claude_worker\nprovider: claude_code\npermissionMode: bypassPermissions\n---\n"
-                     "You are a worker.\n",
+    "You are a worker.\n",
     "mock_worker": "---\nname: mock_worker\nprovider: mock_cli\n---\nA mock worker.\n",
     "mock_sup": "---\nname: mock_sup\nprovider: mock_cli\nmock:\n  rules:\n"
-                "    - match: 'hand it over'\n      steps: [{tool: handoff, args: {agent_profile: claude_worker,"
-                " message: 'say hello'}, save: out}]\n      reply: 'SUP GOT: {out}'\n"
-                "    - match: 'assign it'\n      steps: [{tool: assign, args: {agent_profile: claude_worker,"
-                " message: 'report back the marker'}, save: worker}]\n      reply: 'ASSIGNED {worker}'\n"
-                "    - match: '(marker-\\d+)'\n      reply: 'SUP RECEIVED {g1}'\n---\nA mock supervisor.\n",
+    "    - match: 'hand it over'\n      steps: [{tool: handoff, args: {agent_profile: claude_worker,"
+    " message: 'say hello'}, save: out}]\n      reply: 'SUP GOT: {out}'\n"
+    "    - match: 'assign it'\n      steps: [{tool: assign, args: {agent_profile: claude_worker,"
+    " message: 'report back the marker'}, save: worker}]\n      reply: 'ASSIGNED {worker}'\n"
+    "    - match: '(marker-\\d+)'\n      reply: 'SUP RECEIVED {g1}'\n---\nA mock supervisor.\n",
 }
 
 
@@ -67,10 +90,10 @@ PROFILES = {
 def wait_for_mcp_shim():
     """Claude connects MCP servers in the background; until they are up it offers the model a
     `WaitForMcpServers` tool instead of their tools, and a real model calls it. The scripted
-    model does not know that tool yet (a proposed change to scripted_model/tools.py), so this
+    model does not know that tool yet (a proposed change to cao_testkit/scripted_model/tools.py), so this
     module teaches it: a missing MCP tool is first waited for, like a deferred one is searched."""
-    from cli_agent_orchestrator.scripted_model import conversation, engine
-    from cli_agent_orchestrator.scripted_model.tools import Call
+    from cao_testkit.scripted_model import conversation, engine
+    from cao_testkit.scripted_model.tools import Call
 
     original = engine.resolve
 
@@ -128,8 +151,9 @@ def agent_processes(terminal_id: str) -> list[psutil.Process]:
 
 def delete_and_check(cao: CaoServer, terminal_id: str) -> None:
     assert cao.client.delete(f"/terminals/{terminal_id}").status_code == 200
-    wait_until(lambda: not agent_processes(terminal_id), timeout=30,
-               message=f"no process of terminal {terminal_id} left")
+    wait_until(
+        lambda: not agent_processes(terminal_id), timeout=30, message=f"no process of terminal {terminal_id} left"
+    )
 
 
 def detail(cao: CaoServer, terminal_id: str) -> dict:
@@ -143,8 +167,11 @@ def last_output(cao: CaoServer, terminal_id: str) -> str:
 
 def turn(cao: CaoServer, terminal_id: str, message: str, wanted: str = "completed", timeout: float = 60) -> dict:
     cao.send(terminal_id, message)
-    wait_until(lambda: detail(cao, terminal_id)["status"] == wanted and last_output(cao, terminal_id) != "",
-               timeout=timeout, message=f"{terminal_id} {wanted} after {message!r}")
+    wait_until(
+        lambda: detail(cao, terminal_id)["status"] == wanted and last_output(cao, terminal_id) != "",
+        timeout=timeout,
+        message=f"{terminal_id} {wanted} after {message!r}",
+    )
     return detail(cao, terminal_id)
 
 
@@ -182,9 +209,13 @@ def test_spawn_text_and_shell_turns_exit_and_delete(env) -> None:
 
 def answer_user_prompt(cao: CaoServer, terminal_id: str, answer: str) -> dict:
     """cao-mcp-server's answer_user_prompt, called as an agent would (official MCP client SDK)."""
+
     async def call() -> dict:
-        params = StdioServerParameters(command=sys.executable, args=["-m", "cli_agent_orchestrator.mcp_server.server"],
-                                       env={k: v for k, v in cao.env.items() if k != "CAO_TERMINAL_ID"})
+        params = StdioServerParameters(
+            command=sys.executable,
+            args=["-m", "cli_agent_orchestrator.mcp_server.server"],
+            env={k: v for k, v in cao.env.items() if k != "CAO_TERMINAL_ID"},
+        )
         async with stdio_client(params) as (read, write), ClientSession(read, write) as session:
             await session.initialize()
             result = await session.call_tool("answer_user_prompt", {"terminal_id": terminal_id, "answer": answer})
@@ -249,8 +280,11 @@ def test_claude_worker_of_a_mock_supervisor(env) -> None:
     # assign: the Claude worker answers by send_message, which reaches the supervisor's inbox.
     turn(cao, sup, "assign it", timeout=30)
     worker = re.fullmatch(r"ASSIGNED ([0-9a-f]{8})", last_output(cao, sup)).group(1)
-    wait_until(lambda: last_output(cao, sup) == "SUP RECEIVED marker-77", timeout=90,
-               message="the worker's message in the supervisor")
+    wait_until(
+        lambda: last_output(cao, sup) == "SUP RECEIVED marker-77",
+        timeout=90,
+        message="the worker's message in the supervisor",
+    )
     assert detail(cao, worker)["caller_id"] == sup
     delete_and_check(cao, worker)
     delete_and_check(cao, sup)
@@ -282,22 +316,41 @@ def test_crash_and_hang_at_start_fail_the_create_and_leave_nothing(tmp_path: Pat
     bin_dir.mkdir()
     (bin_dir / "claude").write_text(FAKE_CLAUDE)
     (bin_dir / "claude").chmod(0o755)
-    extra = {**isolated_home_env(tmp_path), "PATH": f"{bin_dir}{os.pathsep}{os.environ['PATH']}",
-             "CAO_PROVIDER_INIT_TIMEOUT": "5"}
+    extra = {
+        **isolated_home_env(tmp_path),
+        "PATH": f"{bin_dir}{os.pathsep}{os.environ['PATH']}",
+        "CAO_PROVIDER_INIT_TIMEOUT": "5",
+    }
     cao = CaoServer(tmp_path / "cao", extra).start()
     try:
         # Only "exited" for the crash: its last screen and exit code can lose the race with the
         # pane's death in the shared backend (seen: "code None", an empty last screen).
-        for name, code, words in (("crash", 502, ["claude_code agent failed to start", "exited"]),
-                                  ("hang", 504, ["did not become ready within 5s", "Unexpected question"])):
+        for name, code, words in (
+            ("crash", 502, ["claude_code agent failed to start", "exited"]),
+            ("hang", 504, ["did not become ready within 5s", "Unexpected question"]),
+        ):
             (tmp_path / name).mkdir()
-            resp = cao.client.post("/sessions", params={"agent_profile": "developer", "provider": "claude_code",
-                                                        "working_directory": str(tmp_path / name)})
+            resp = cao.client.post(
+                "/sessions",
+                params={
+                    "agent_profile": "developer",
+                    "provider": "claude_code",
+                    "working_directory": str(tmp_path / name),
+                },
+            )
             assert resp.status_code == code and all(w in resp.text for w in words), resp.text
             assert cao.client.get("/terminals").json() == []
-        wait_until(lambda: not [p for p in psutil.process_iter() if "CAO_TERMINAL_ID" in (env := env_of(p))
-                                and env.get("CAO_HOME_DIR") == str(cao.home)],
-                   timeout=15, message="no agent process of this server left")
+        wait_until(
+            lambda: (
+                not [
+                    p
+                    for p in psutil.process_iter()
+                    if "CAO_TERMINAL_ID" in (env := env_of(p)) and env.get("CAO_HOME_DIR") == str(cao.home)
+                ]
+            ),
+            timeout=15,
+            message="no agent process of this server left",
+        )
     finally:
         cao.cleanup()
 
@@ -306,8 +359,12 @@ def test_a_long_paste_interrupted_by_a_crash_is_submitted_once(env) -> None:
     """Claude Code shows a long paste as `[Pasted text #1 +39 lines]`: after a crash between
     paste and Enter, cao presses Enter; the model gets the message once."""
     cao, model, root = env
-    term = cao.create_session("claude_dev", provider="claude_code", yolo="true",
-                              working_directory=workdir(root, "crash"))
-    long_paste_survives_a_crash(cao, term["id"], lambda marker: sum(
-        r["user_text"].count(marker) for r in model.requests("claude") if not r["side"]))
+    term = cao.create_session(
+        "claude_dev", provider="claude_code", yolo="true", working_directory=workdir(root, "crash")
+    )
+    long_paste_survives_a_crash(
+        cao,
+        term["id"],
+        lambda marker: sum(r["user_text"].count(marker) for r in model.requests("claude") if not r["side"]),
+    )
     delete_and_check(cao, term["id"])

@@ -4,43 +4,60 @@ pinned npm builds, confined to one temporary HOME, against one scripted model (C
 speaks the Anthropic API to it, Codex the Responses API); one script serves both by
 matching each agent's prompt.
 """
+
 from __future__ import annotations
 
 import json
-import shutil
 from pathlib import Path
 
 import pytest
-
 from conftest import CaoServer, wait_until
-from real_cli_support import npm_binary, real_cli_server
+
+# Autouse: without tmux every test here skips, or fails under CI (CAO_REQUIRE_REAL_CLIS).
+from real_cli_support import (
+    npm_binary,
+    real_cli_prerequisites,  # noqa: F401
+    real_cli_server,
+)
 from test_real_claude_code import agent_processes, wait_for_mcp_shim  # noqa: F401 (a fixture)
 
-from cli_agent_orchestrator.scripted_model.harness import ScriptedModelServer
-
-pytestmark = pytest.mark.skipif(shutil.which("tmux") is None, reason="tmux not installed")
+from cao_testkit.scripted_model.harness import ScriptedModelServer
 
 CLAUDE_VERSION, CODEX_VERSION = "2.1.197", "0.171.0"
 CODEX_HELLO = "Hi boss, codex here."
 SCRIPT = [
     # The Claude supervisor's turns.
-    {"match": "delegate to codex", "steps": [
-        {"tool": "mcp:cao-mcp-server:handoff", "args": {"agent_profile": "codex_worker",
-                                                        "message": "please greet the boss"}},
-        {"text": "Codex answered."}]},
-    {"match": "assign to codex", "steps": [
-        {"tool": "mcp:cao-mcp-server:assign", "args": {"agent_profile": "codex_worker", "message": "count things"}},
-        {"text": "Assigned."}]},
+    {
+        "match": "delegate to codex",
+        "steps": [
+            {
+                "tool": "mcp:cao-mcp-server:handoff",
+                "args": {"agent_profile": "codex_worker", "message": "please greet the boss"},
+            },
+            {"text": "Codex answered."},
+        ],
+    },
+    {
+        "match": "assign to codex",
+        "steps": [
+            {"tool": "mcp:cao-mcp-server:assign", "args": {"agent_profile": "codex_worker", "message": "count things"}},
+            {"text": "Assigned."},
+        ],
+    },
     {"match": "codex result 42", "reply": "Supervisor got the result."},
     # The Codex workers' turns.
     {"match": "greet the boss", "reply": CODEX_HELLO},
-    {"match": r"count things.*Assigned by terminal ([0-9a-f]{8})", "steps": [
-        {"tool": "mcp:cao-mcp-server:send_message", "args": {"receiver_id": "{g1}", "message": "codex result 42"}},
-        {"text": "Reported back."}]},
+    {
+        "match": r"count things.*Assigned by terminal ([0-9a-f]{8})",
+        "steps": [
+            {"tool": "mcp:cao-mcp-server:send_message", "args": {"receiver_id": "{g1}", "message": "codex result 42"}},
+            {"text": "Reported back."},
+        ],
+    },
 ]
 PROFILES = {
     "claude_boss": "---\nname: claude_boss\nprovider: claude_code\npermissionMode: bypassPermissions\n---\n"
-                   "You supervise.\n",
+    "You supervise.\n",
     "codex_worker": "---\nname: codex_worker\nprovider: codex\nmodel: fake-model\n---\nYou work.\n",
 }
 
@@ -75,7 +92,9 @@ def last_output(cao: CaoServer, tid: str) -> str:
 def delete_all(cao: CaoServer) -> None:
     for term in cao.client.get("/terminals").json():
         assert cao.client.delete(f"/terminals/{term['id']}").status_code == 200
-        wait_until(lambda: not agent_processes(term["id"]), timeout=30, message=f"{term['id']} processes gone")
+        wait_until(
+            lambda term=term: not agent_processes(term["id"]), timeout=30, message=f"{term['id']} processes gone"
+        )
 
 
 def test_claude_supervisor_hands_off_to_codex(env) -> None:
@@ -95,8 +114,11 @@ def test_claude_assigns_codex_which_reports_back(env) -> None:
     cao, _, work = env
     sup = cao.create_session("claude_boss", provider="claude_code", working_directory=str(work))["id"]
     cao.send(sup, "assign to codex")
-    wait_until(lambda: last_output(cao, sup) == "Supervisor got the result.", timeout=180,
-               message="the Codex worker's message answered by the supervisor")
+    wait_until(
+        lambda: last_output(cao, sup) == "Supervisor got the result.",
+        timeout=180,
+        message="the Codex worker's message answered by the supervisor",
+    )
     workers = [t for t in cao.client.get("/terminals").json() if t["id"] != sup]
     assert len(workers) == 1 and workers[0]["provider"] == "codex" and workers[0]["caller_id"] == sup
     delete_all(cao)

@@ -9,6 +9,7 @@ and both files must come out unchanged.
 opencode takes 5-10 s to start and ~700 MB per process: every test starts one agent
 and the module shares one cao-server and one model server.
 """
+
 from __future__ import annotations
 
 import json
@@ -20,13 +21,13 @@ from pathlib import Path
 
 import psutil
 import pytest
+from conftest import CaoServer, wait_until
+from crash_support import long_paste_survives_a_crash
 from mcp.client.session import ClientSession
 from mcp.client.stdio import StdioServerParameters, stdio_client
-
-from cli_agent_orchestrator.scripted_model.harness import ScriptedModelServer
-from crash_support import long_paste_survives_a_crash
-from conftest import CaoServer, wait_until
 from real_cli_support import npm_binary, real_cli_server
+
+from cao_testkit.scripted_model.harness import ScriptedModelServer
 
 PACKAGE, VERSION, BINARY = "opencode-ai", "1.18.33", "opencode"
 SCRIPT = "opencode"
@@ -34,21 +35,35 @@ TURN_S = 90  # the first turn of a fresh opencode takes ~5 s alone; the machine 
 RULES = [
     {"match": "say hello", "reply": "Hello from the scripted model."},
     # $((6*7)) only becomes 42 if a real shell ran the command.
-    {"match": "run the shell", "steps": [{"tool": "shell", "args": {"command": "echo shell-ran-$((6*7))"}},
-                                         {"text": "The shell said: {tool_result}"}]},
+    {
+        "match": "run the shell",
+        "steps": [
+            {"tool": "shell", "args": {"command": "echo shell-ran-$((6*7))"}},
+            {"text": "The shell said: {tool_result}"},
+        ],
+    },
     {"match": "fail now", "steps": [{"error": 400, "message": "scripted refusal", "times": 1000}]},
     {"match": "slow turn", "steps": [{"delay_ms": 60000}, {"text": "too late"}]},
-    {"match": "delegate to the mock", "steps": [
-        {"tool": "mcp:cao-mcp-server:handoff", "args": {"agent_profile": "mock_worker", "message": "ping from opencode"}},
-        {"text": "Worker answered: {tool_result}"}]},
+    {
+        "match": "delegate to the mock",
+        "steps": [
+            {
+                "tool": "mcp:cao-mcp-server:handoff",
+                "args": {"agent_profile": "mock_worker", "message": "ping from opencode"},
+            },
+            {"text": "Worker answered: {tool_result}"},
+        ],
+    },
 ]
 PROFILES = {
     "oc_dev": "---\nname: oc_dev\nprovider: opencode_cli\nrole: developer\n---\nYou are a careful developer.\n",
     "oc_sup": "---\nname: oc_sup\nprovider: opencode_cli\nrole: supervisor\n---\nYou delegate work with cao tools.\n",
     "mock_worker": "---\nname: mock_worker\nprovider: mock_cli\n---\nYou echo.\n",
-    "mock_sup": ("---\nname: mock_sup\nprovider: mock_cli\nmock:\n  rules:\n    - match: delegate hello\n"
-                 "      steps:\n        - tool: handoff\n          args: {agent_profile: oc_dev, message: please say hello}\n"
-                 "          save: report\n      reply: \"SUPERVISOR GOT: {report}\"\n---\nYou supervise.\n"),
+    "mock_sup": (
+        "---\nname: mock_sup\nprovider: mock_cli\nmock:\n  rules:\n    - match: delegate hello\n"
+        "      steps:\n        - tool: handoff\n          args: {agent_profile: oc_dev, message: please say hello}\n"
+        '          save: report\n      reply: "SUPERVISOR GOT: {report}"\n---\nYou supervise.\n'
+    ),
 }
 
 
@@ -66,13 +81,30 @@ def user_setup(cao: CaoServer, model: ScriptedModelServer) -> list[Path]:
     for path in (config, auth):
         path.parent.mkdir(parents=True, exist_ok=True)
     # "$schema" as opencode itself adds it to the global file on its first run.
-    config.write_text(json.dumps({
-        "$schema": "https://opencode.ai/config.json", "model": "scripted/fake-model", "small_model": "scripted/fake-model",
-        "provider": {"scripted": {"npm": "@ai-sdk/openai-compatible", "name": "Scripted",
-                                  "options": {"baseURL": model.base_url(SCRIPT, "/v1")},
-                                  "models": {"fake-model": {"name": "Fake Model", "tool_call": True,
-                                                            "limit": {"context": 128000, "output": 8192}}}}}},
-                             indent=2))
+    config.write_text(
+        json.dumps(
+            {
+                "$schema": "https://opencode.ai/config.json",
+                "model": "scripted/fake-model",
+                "small_model": "scripted/fake-model",
+                "provider": {
+                    "scripted": {
+                        "npm": "@ai-sdk/openai-compatible",
+                        "name": "Scripted",
+                        "options": {"baseURL": model.base_url(SCRIPT, "/v1")},
+                        "models": {
+                            "fake-model": {
+                                "name": "Fake Model",
+                                "tool_call": True,
+                                "limit": {"context": 128000, "output": 8192},
+                            }
+                        },
+                    }
+                },
+            },
+            indent=2,
+        )
+    )
     auth.write_text(json.dumps({"scripted": {"type": "api", "key": "user-key"}}))
     return [config, auth]
 
@@ -180,7 +212,8 @@ def test_text_shell_and_error_turns_then_delete_leaves_no_process(oc: CaoServer,
 
 @pytest.mark.anyio
 async def test_permission_prompt_waits_then_mcp_answer_lets_it_run_and_a_killed_agent_is_an_error(
-        oc: CaoServer, model: ScriptedModelServer, anyio_backend: str):
+    oc: CaoServer, model: ScriptedModelServer, anyio_backend: str
+):
     tid = create(oc, "oc_dev")["id"]  # no yolo: bash asks first
     runs = tool_results(model).count("shell-ran-42")
     oc.send(tid, "please run the shell for me")
@@ -236,14 +269,18 @@ def test_opencode_worker_of_a_mock_supervisor(oc: CaoServer):
     out = oc.client.get(f"/terminals/{sup}/output", params={"mode": "last"}).json()["output"]
     assert out == "SUPERVISOR GOT: Hello from the scripted model."
     assert [t["id"] for t in oc.client.get("/terminals").json()] == [sup]  # the worker was torn down
-    wait_until(lambda: not [p for p in server_processes(oc) if p.name().startswith("opencode")], timeout=20,
-               message="the opencode worker to end")
+    wait_until(
+        lambda: not [p for p in server_processes(oc) if p.name().startswith("opencode")],
+        timeout=20,
+        message="the opencode worker to end",
+    )
     assert oc.client.delete(f"/terminals/{sup}").status_code == 200
 
 
 def test_missing_binary_is_refused_naming_it(cao_factory):
-    path = os.pathsep.join(d for d in os.environ.get("PATH", "").split(os.pathsep)
-                           if d and not (Path(d) / BINARY).exists())
+    path = os.pathsep.join(
+        d for d in os.environ.get("PATH", "").split(os.pathsep) if d and not (Path(d) / BINARY).exists()
+    )
     server = cao_factory("no-opencode", PATH=path).start()
     resp = server.client.post("/sessions", params={"agent_profile": "developer", "provider": "opencode_cli"})
     assert resp.status_code == 400, resp.text
@@ -260,5 +297,8 @@ def test_a_long_paste_interrupted_by_a_crash_is_submitted_once(oc: CaoServer, mo
     """opencode shows no summary, only the last lines of a long paste: after a crash between
     paste and Enter, cao presses Enter; the model gets the message once."""
     term = create(oc, "oc_dev", yolo="true")
-    long_paste_survives_a_crash(oc, term["id"], lambda marker: sum(
-        r["user_text"].count(marker) for r in model.requests(SCRIPT) if not r["side"]))
+    long_paste_survives_a_crash(
+        oc,
+        term["id"],
+        lambda marker: sum(r["user_text"].count(marker) for r in model.requests(SCRIPT) if not r["side"]),
+    )

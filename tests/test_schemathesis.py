@@ -16,19 +16,18 @@ refuses such a request head before cao sees it, with a plain-text 400 or a reset
 long query values (a 4096-character path, a `?message=` text) reach that limit once
 percent-encoded, so they belong in JSON bodies.
 """
+
 from __future__ import annotations
 
 import pytest
 import requests
+import schemathesis
+from conftest import CaoServer
 from hypothesis import HealthCheck, Phase, assume, given, settings
 from hypothesis import strategies as st
-
-import schemathesis
 from schemathesis import GenerationMode
 from schemathesis.checks import not_a_server_error
 from schemathesis.specs.openapi.checks import response_schema_conformance, status_code_conformance
-
-from conftest import CaoServer
 
 EXAMPLES = 12
 REQUEST_TIMEOUT_S = 30
@@ -43,6 +42,7 @@ def _operations() -> list[tuple[str, str]]:
     app does no I/O); test_every_served_operation_is_tested checks the served one is the same."""
     from cli_agent_orchestrator.api.app import create_app
     from cli_agent_orchestrator.settings import Settings
+
     spec = create_app(Settings.from_env()).openapi()
     return sorted((method.upper(), path) for path, item in spec["paths"].items() for method in item)
 
@@ -90,21 +90,36 @@ def _strategy(operation, live: dict[str, str]):
     if pinned:
         modes.append(operation.as_strategy(GenerationMode.POSITIVE, path_parameters=pinned))
     if "agent_profile" in {p.name for p in operation.query}:
-        modes.append(operation.as_strategy(GenerationMode.POSITIVE, path_parameters=pinned,
-                                           query={"agent_profile": "developer", "provider": "mock_cli"}))
+        modes.append(
+            operation.as_strategy(
+                GenerationMode.POSITIVE,
+                path_parameters=pinned,
+                query={"agent_profile": "developer", "provider": "mock_cli"},
+            )
+        )
     return st.one_of(modes)
 
 
 @pytest.mark.parametrize("method,path", _params())
 def test_operation_answers_within_its_documented_schema(api, method, path):
     operation = api.schema[path][method]
-    live = {"terminal_id": api.term["id"], "receiver_id": api.term["id"],
-            "session_name": api.term["session_name"], "run_id": api.run_id, "name": "instant"}
+    live = {
+        "terminal_id": api.term["id"],
+        "receiver_id": api.term["id"],
+        "session_name": api.term["session_name"],
+        "run_id": api.run_id,
+        "name": "instant",
+    }
 
     @given(case=_strategy(operation, live))
-    @settings(max_examples=EXAMPLES, derandomize=True, database=None, deadline=None,
-              phases=[Phase.explicit, Phase.generate, Phase.shrink],
-              suppress_health_check=list(HealthCheck))
+    @settings(
+        max_examples=EXAMPLES,
+        derandomize=True,
+        database=None,
+        deadline=None,
+        phases=[Phase.explicit, Phase.generate, Phase.shrink],
+        suppress_health_check=list(HealthCheck),
+    )
     def check(case):
         assume(_head_size(case, api.url) <= MAX_REQUEST_HEAD)
         case.call_and_validate(base_url=api.url, session=api.http, checks=CHECKS, timeout=REQUEST_TIMEOUT_S)
@@ -115,8 +130,9 @@ def test_operation_answers_within_its_documented_schema(api, method, path):
 def _head_size(case, base_url: str) -> int:
     """Bytes of the request line and headers this case will send."""
     kwargs = case.as_transport_kwargs(base_url=base_url)
-    prepared = requests.Request(method=kwargs["method"], url=kwargs["url"], params=kwargs.get("params"),
-                                headers=kwargs.get("headers")).prepare()
+    prepared = requests.Request(
+        method=kwargs["method"], url=kwargs["url"], params=kwargs.get("params"), headers=kwargs.get("headers")
+    ).prepare()
     return len(prepared.url) + 32 + sum(len(k) + len(str(v)) + 4 for k, v in prepared.headers.items())
 
 

@@ -1,17 +1,18 @@
 """Claude Code's recorded screens (scripts/record_screens/claude_code.py) against the
 provider's pure functions: no tmux, no CLI. After a CLI upgrade, re-record and run
 this file to see at once which screen the provider no longer reads."""
+
 from __future__ import annotations
 
 import json
 from pathlib import Path
 
 import pytest
+from screen_fixtures import ScreenFixtures
 
 from cli_agent_orchestrator.models import TerminalStatus
 from cli_agent_orchestrator.providers import claude_code
 from cli_agent_orchestrator.providers.base import LaunchContext, Screen
-from screen_fixtures import ScreenFixtures
 
 SCREENS = ScreenFixtures("claude_code")
 STATES = SCREENS.states()
@@ -49,9 +50,22 @@ def test_reply(state: str) -> None:
 
 
 def test_reply_skips_tool_calls_and_wrapped_arguments() -> None:
-    history = ["❯ run it", "", "● cao-mcp-server - handoff (MCP)(agent_profile: \"developer\",",
-               "  message: \"a long task\")", "  ⎿  {\"success\": true}", "", "● Worker said: done",
-               "", "✻ Baked for 1s", "", "─" * 40, "❯ ", "─" * 40, "  ? for shortcuts"]
+    history = [
+        "❯ run it",
+        "",
+        '● cao-mcp-server - handoff (MCP)(agent_profile: "developer",',
+        '  message: "a long task")',
+        '  ⎿  {"success": true}',
+        "",
+        "● Worker said: done",
+        "",
+        "✻ Baked for 1s",
+        "",
+        "─" * 40,
+        "❯ ",
+        "─" * 40,
+        "  ? for shortcuts",
+    ]
     assert claude_code.extract_reply(history) == "Worker said: done"
     assert claude_code.extract_reply(history[:6] + history[8:]) is None
     assert claude_code.read_status(Screen(history)).status == TerminalStatus.COMPLETED
@@ -63,21 +77,26 @@ def test_no_reply_before_the_first_turn() -> None:
 
 def test_quoted_dialog_text_in_an_answer_is_not_a_dialog() -> None:
     lines, _ = load("done")
-    quoted = [line.replace("Hello from the scripted model.", "Press Enter to continue · Do you want to proceed?")
-              for line in lines]
+    quoted = [
+        line.replace("Hello from the scripted model.", "Press Enter to continue · Do you want to proceed?")
+        for line in lines
+    ]
     assert claude_code.read_status(Screen(quoted)).status == TerminalStatus.COMPLETED
     assert claude_code.answer_startup_dialog(Screen(quoted)) is None
 
 
-@pytest.mark.parametrize("event,payload,status", [
-    ("SessionStart", {"source": "startup"}, "idle"),
-    ("SessionStart", {"source": "compact"}, None),
-    ("UserPromptSubmit", {"prompt": "x"}, "processing"),
-    ("Stop", {"last_assistant_message": "hi"}, "completed"),
-    ("StopFailure", {"error": "server_error", "last_assistant_message": "API Error: 500 boom"}, "error"),
-    ("Notification", {"notification_type": "permission_prompt"}, None),
-    ("SessionEnd", {}, None),
-])
+@pytest.mark.parametrize(
+    "event,payload,status",
+    [
+        ("SessionStart", {"source": "startup"}, "idle"),
+        ("SessionStart", {"source": "compact"}, None),
+        ("UserPromptSubmit", {"prompt": "x"}, "processing"),
+        ("Stop", {"last_assistant_message": "hi"}, "completed"),
+        ("StopFailure", {"error": "server_error", "last_assistant_message": "API Error: 500 boom"}, "error"),
+        ("Notification", {"notification_type": "permission_prompt"}, None),
+        ("SessionEnd", {}, None),
+    ],
+)
 def test_hooks(event: str, payload: dict, status: str | None) -> None:
     reading = claude_code.status_from_hook(event, payload)
     assert (reading.status if reading else None) == (TerminalStatus(status) if status else None)
@@ -86,14 +105,23 @@ def test_hooks(event: str, payload: dict, status: str | None) -> None:
 
 
 def _ctx(tmp_path: Path, **kw) -> LaunchContext:
-    base = dict(terminal_id="abcd1234", profile_name="dev", system_prompt="Be brief.\nAlways.",
-                working_directory=str(tmp_path), home_dir=tmp_path / "cao")
+    base = dict(
+        terminal_id="abcd1234",
+        profile_name="dev",
+        system_prompt="Be brief.\nAlways.",
+        working_directory=str(tmp_path),
+        home_dir=tmp_path / "cao",
+    )
     return LaunchContext(**{**base, **kw})
 
 
 def test_launch_puts_everything_in_the_terminal_dir(tmp_path: Path) -> None:
-    ctx = _ctx(tmp_path, model="claude-sonnet-4-6", allowed_tools=["@other", "Bash(git *)"],
-               profile_extra={"mcpServers": {"other": {"command": "x"}, "cao-mcp-server": {"command": "y"}}})
+    ctx = _ctx(
+        tmp_path,
+        model="claude-sonnet-4-6",
+        allowed_tools=["@other", "Bash(git *)"],
+        profile_extra={"mcpServers": {"other": {"command": "x"}, "cao-mcp-server": {"command": "y"}}},
+    )
     launch = claude_code.build_launch(ctx)
     argv = launch.argv
     tdir = tmp_path / "cao" / "tmp" / "abcd1234"
@@ -114,8 +142,11 @@ def test_launch_puts_everything_in_the_terminal_dir(tmp_path: Path) -> None:
 
 
 def test_launch_bypass_modes(tmp_path: Path) -> None:
-    for ctx in (_ctx(tmp_path, yolo=True), _ctx(tmp_path, allowed_tools=["*"]),
-                _ctx(tmp_path, profile_extra={"permissionMode": "bypassPermissions"})):
+    for ctx in (
+        _ctx(tmp_path, yolo=True),
+        _ctx(tmp_path, allowed_tools=["*"]),
+        _ctx(tmp_path, profile_extra={"permissionMode": "bypassPermissions"}),
+    ):
         launch = claude_code.build_launch(ctx)
         settings = json.loads((tmp_path / "cao" / "tmp" / "abcd1234" / "settings.json").read_text())
         assert "--dangerously-skip-permissions" in launch.argv and settings["skipDangerousModePermissionPrompt"]
@@ -126,17 +157,35 @@ def test_launch_bypass_modes(tmp_path: Path) -> None:
 def test_composer_with_blank_lines_and_no_break_spaces() -> None:
     # A pasted multi-line message (an assign's task has a blank line before its note).
     rule = "─" * 60
-    rows = ["● Earlier answer.", "", rule, "❯\xa0say hello", "", "  [Assigned by terminal 0123abcd.]", rule,
-            "  ⏵⏵ bypass permissions on (shift+tab to cycle)"]
+    rows = [
+        "● Earlier answer.",
+        "",
+        rule,
+        "❯\xa0say hello",
+        "",
+        "  [Assigned by terminal 0123abcd.]",
+        rule,
+        "  ⏵⏵ bypass permissions on (shift+tab to cycle)",
+    ]
     reading = claude_code.read_status(Screen(rows))
     assert reading.status == TerminalStatus.IDLE and reading.composer_has_text
     empty = claude_code.read_status(Screen(rows[:3] + ["❯\xa0"] + rows[6:]))
     assert empty.status == TerminalStatus.COMPLETED and not empty.composer_has_text
 
 
-@pytest.mark.parametrize("answer,keys", [("yes", ["1"]), ("1", ["1"]), ("Yes.", ["1"]), ("2", ["2"]),
-                                         ("yes, and always", ["2"]), ("no", ["3"]), ("3", ["3"]),
-                                         ("whatever you think", ["3"])])
+@pytest.mark.parametrize(
+    "answer,keys",
+    [
+        ("yes", ["1"]),
+        ("1", ["1"]),
+        ("Yes.", ["1"]),
+        ("2", ["2"]),
+        ("yes, and always", ["2"]),
+        ("no", ["3"]),
+        ("3", ["3"]),
+        ("whatever you think", ["3"]),
+    ],
+)
 def test_permission_answers_become_menu_keys(answer: str, keys: list[str]) -> None:
     # Claude's menus ignore pasted text (then Enter would confirm "Yes"); an unclear answer refuses.
     assert claude_code.dialog_keys(Screen(load("permission")[0]), answer) == keys

@@ -5,16 +5,17 @@ Fixtures come from scripts/record_screens/codex.py: `<state>.txt` is the visible
 of a finished turn. Re-record after a Codex upgrade; a failure here names the state
 the provider no longer reads.
 """
+
 from __future__ import annotations
 
 from pathlib import Path
 
 import pytest
+from screen_fixtures import ScreenFixtures
 
 from cli_agent_orchestrator.models import TerminalStatus
 from cli_agent_orchestrator.providers import codex
 from cli_agent_orchestrator.providers.base import LaunchContext, Screen
-from screen_fixtures import ScreenFixtures
 
 SCREENS = ScreenFixtures("codex")
 STATES = SCREENS.states()
@@ -25,8 +26,22 @@ def load(state: str) -> tuple[Screen, dict]:
 
 
 def test_fixtures_cover_every_state():
-    assert {"idle", "composer", "queued", "working", "working_composer", "done", "tool_done", "permission",
-            "permission_answered", "interrupted", "error", "trust", "hook_review", "idle_yolo"} <= set(STATES)
+    assert {
+        "idle",
+        "composer",
+        "queued",
+        "working",
+        "working_composer",
+        "done",
+        "tool_done",
+        "permission",
+        "permission_answered",
+        "interrupted",
+        "error",
+        "trust",
+        "hook_review",
+        "idle_yolo",
+    } <= set(STATES)
 
 
 @pytest.mark.parametrize("state", STATES)
@@ -55,19 +70,47 @@ def test_typing_after_an_error_is_a_new_prompt():
 
 
 def test_extract_reply_takes_the_last_turn_and_skips_tool_rows():
-    history = ["› first", "", "• old answer", "", "  Worked for 1s • 10:00", "",
-               "› second", "", "• Ran echo hi", "  └ hi", "", "• New answer,", "  two lines.", "",
-               "  Worked for 1s • 10:01", "", "› Ask Codex to do anything", "", "  model · /w",
-               "  ? for shortcuts"]
+    history = [
+        "› first",
+        "",
+        "• old answer",
+        "",
+        "  Worked for 1s • 10:00",
+        "",
+        "› second",
+        "",
+        "• Ran echo hi",
+        "  └ hi",
+        "",
+        "• New answer,",
+        "  two lines.",
+        "",
+        "  Worked for 1s • 10:01",
+        "",
+        "› Ask Codex to do anything",
+        "",
+        "  model · /w",
+        "  ? for shortcuts",
+    ]
     assert codex.extract_reply(history) == "New answer,\ntwo lines."
     assert codex.extract_reply(["› only a prompt", "", "› Ask Codex to do anything"]) is None
 
 
 def test_quoted_markers_in_a_reply_do_not_fool_the_reader():
     # A finished reply that mentions the busy row and a dialog hint is still a finished turn.
-    rows = ["› q", "", "• Working (1s • esc to interrupt)", "  Press enter to confirm or esc to cancel", "",
-            "  Worked for 1s • 10:00", "", "› Ask Codex to do anything", "", "  m · /w",
-            "  ← for agents · ? for shortcuts"]
+    rows = [
+        "› q",
+        "",
+        "• Working (1s • esc to interrupt)",
+        "  Press enter to confirm or esc to cancel",
+        "",
+        "  Worked for 1s • 10:00",
+        "",
+        "› Ask Codex to do anything",
+        "",
+        "  m · /w",
+        "  ← for agents · ? for shortcuts",
+    ]
     assert codex.read_status(Screen(rows, 7, 2)).status == TerminalStatus.COMPLETED
 
 
@@ -79,40 +122,67 @@ def test_hooks_map_to_statuses():
     assert codex.status_from_hook("PermissionRequest", {}) is None
 
 
-def test_launch_passes_settings_as_overrides_and_never_writes_codex_home(tmp_path, monkeypatch):
-    monkeypatch.setenv("CODEX_HOME", str(tmp_path / "codex-home"))
+def test_launch_passes_settings_as_overrides_and_never_writes_codex_home(tmp_path):
     (tmp_path / "codex-home").mkdir()
-    user_config = ('[projects."/elsewhere"]\ntrust_level = "trusted"\n'
-                   '[hooks]\nStop = [{hooks = [{type = "command", command = "mine"}]}]\n')
+    user_config = (
+        '[projects."/elsewhere"]\ntrust_level = "trusted"\n'
+        '[hooks]\nStop = [{hooks = [{type = "command", command = "mine"}]}]\n'
+    )
     (tmp_path / "codex-home" / "config.toml").write_text(user_config)
-    monkeypatch.setenv("OPENAI_BASE_URL", "http://127.0.0.1:1/v1")
     prompt = 'Say "hi".\nTab\there, DEL \x7f, emoji 😀' + "x" * 20000  # longer than tmux takes in one command
-    ctx = LaunchContext(terminal_id="abcd1234", profile_name="p", system_prompt=prompt,
-                        working_directory=str(tmp_path), home_dir=tmp_path / "cao", model="fake-model")
+    ctx = LaunchContext(
+        terminal_id="abcd1234",
+        profile_name="p",
+        system_prompt=prompt,
+        working_directory=str(tmp_path),
+        home_dir=tmp_path / "cao",
+        model="fake-model",
+        environ={"CODEX_HOME": str(tmp_path / "codex-home"), "OPENAI_BASE_URL": "http://127.0.0.1:1/v1"},
+    )
     launch = codex.build_launch(ctx)
     assert launch.argv[0] == "/bin/sh" and len(" ".join(launch.argv)) < 1000
     script = Path(launch.argv[1]).read_text()
-    for part in ("--no-daemon", "--no-alt-screen", "--dangerously-bypass-hook-trust", "-m fake-model",
-                 "approval_policy=", "mcp_servers.cao-mcp-server=", "hooks.Stop=", '"mine"',
-                 "model_provider=", '"/elsewhere"', "check_for_update_on_startup=false"):
+    for part in (
+        "--no-daemon",
+        "--no-alt-screen",
+        "--dangerously-bypass-hook-trust",
+        "-m fake-model",
+        "approval_policy=",
+        "mcp_servers.cao-mcp-server=",
+        "hooks.Stop=",
+        '"mine"',
+        "model_provider=",
+        '"/elsewhere"',
+        "check_for_update_on_startup=false",
+    ):
         assert part in script, part
     assert "--dangerously-bypass-approvals-and-sandbox" not in script
     assert (tmp_path / "codex-home" / "config.toml").read_text() == user_config
     assert list((tmp_path / "codex-home").iterdir()) == [tmp_path / "codex-home" / "config.toml"]
-    yolo = codex.build_launch(LaunchContext(terminal_id="abcd1235", profile_name="p", system_prompt="",
-                                            working_directory=str(tmp_path), home_dir=tmp_path / "cao", yolo=True))
+    yolo = codex.build_launch(
+        LaunchContext(
+            terminal_id="abcd1235",
+            profile_name="p",
+            system_prompt="",
+            working_directory=str(tmp_path),
+            home_dir=tmp_path / "cao",
+            yolo=True,
+        )
+    )
     assert "--dangerously-bypass-approvals-and-sandbox" in Path(yolo.argv[1]).read_text()
 
 
 def test_toml_values_round_trip():
     import tomllib
-    value = {"a b": ["x\"y\\z\n\t\x01\x7f é 😀", 1, 2.5, True], "plain": {"k": "v"}}
+
+    value = {"a b": ['x"y\\z\n\t\x01\x7f é 😀', 1, 2.5, True], "plain": {"k": "v"}}
     assert tomllib.loads(f"v = {codex.toml(value)}")["v"] == value
 
 
 def test_approval_menu_is_answered_with_its_keys():
     from cli_agent_orchestrator.providers.base import Screen
     from cli_agent_orchestrator.providers.codex import dialog_keys
+
     screen = Screen(SCREENS.text("permission").splitlines())
     assert dialog_keys(screen, "yes") == ["y"]
     assert dialog_keys(screen, "2") == ["p"]

@@ -4,22 +4,35 @@ Fixtures come from scripts/record_screens/gemini_cli.py: `<state>.txt` is the sc
 tmux shows it (220x50), `<state>.json` what the provider must read from it. After a CLI
 upgrade, re-record and run this file to see at once which reading broke.
 """
+
 from __future__ import annotations
 
 import pytest
+from screen_fixtures import ScreenFixtures
 
 from cli_agent_orchestrator.models import TerminalStatus
 from cli_agent_orchestrator.providers.base import Screen
 from cli_agent_orchestrator.providers.gemini_cli import dialog_keys, extract_reply, read_status, status_from_hook
-from screen_fixtures import ScreenFixtures
 
 SCREENS = ScreenFixtures("gemini_cli")
 STATES = SCREENS.states(".txt")
 
 
 def test_every_state_was_recorded() -> None:
-    assert {"idle", "composer", "working", "done", "tool_done", "permission", "permission_answered", "error",
-            "cancelled", "idle_yolo", "trust", "sign_in"} <= set(STATES)
+    assert {
+        "idle",
+        "composer",
+        "working",
+        "done",
+        "tool_done",
+        "permission",
+        "permission_answered",
+        "error",
+        "cancelled",
+        "idle_yolo",
+        "trust",
+        "sign_in",
+    } <= set(STATES)
 
 
 @pytest.mark.parametrize("state", STATES)
@@ -35,16 +48,32 @@ def test_status_and_reply_read_from_the_recorded_screen(state: str) -> None:
 
 
 def test_history_with_status_rows_below_the_answer_extracts_only_the_answer() -> None:
-    history = ["", " > please say hello", "", "✦ First paragraph.", "", "  - a list item", "  Last line.", "",
-               " ⠧ Executing Hooks: cao-hook (esc to cancel, 1s)" + " " * 40 + "? for shortcuts",
-               "─" * 80, " >   Type your message or @path/to/file"]
+    history = [
+        "",
+        " > please say hello",
+        "",
+        "✦ First paragraph.",
+        "",
+        "  - a list item",
+        "  Last line.",
+        "",
+        " ⠧ Executing Hooks: cao-hook (esc to cancel, 1s)" + " " * 40 + "? for shortcuts",
+        "─" * 80,
+        " >   Type your message or @path/to/file",
+    ]
     assert extract_reply(history) == "First paragraph.\n\n- a list item\nLast line."
     assert read_status(Screen(history)).status == TerminalStatus.PROCESSING
 
 
 def test_an_answer_quoting_the_busy_marker_is_not_busy() -> None:
-    rows = [" > quote it", "✦ It says", "  (esc to cancel, 1s)", "", "─" * 80,
-            " >   Type your message or @path/to/file"]
+    rows = [
+        " > quote it",
+        "✦ It says",
+        "  (esc to cancel, 1s)",
+        "",
+        "─" * 80,
+        " >   Type your message or @path/to/file",
+    ]
     assert read_status(Screen(rows)).status == TerminalStatus.COMPLETED
 
 

@@ -5,17 +5,18 @@ tests/fixtures/screens/kiro_cli/ was captured from the real CLI (see its README.
 Every status rule of §11 has at least one fixture (the `rule` field names it), plus the
 consent dialog's answer, the launch line and each extraction form.
 """
+
 from __future__ import annotations
 
 import re
 from pathlib import Path
 
 import pytest
+from screen_fixtures import ScreenFixtures
 
 from cli_agent_orchestrator.providers import kiro_cli as kiro
 from cli_agent_orchestrator.providers.base import LaunchContext, Screen
 from cli_agent_orchestrator.providers.registry import get_provider
-from screen_fixtures import ScreenFixtures
 
 SCREENS = ScreenFixtures("kiro_cli", rows=50)  # each screen as the whole 50-row pane
 STATES = SCREENS.states()
@@ -68,8 +69,13 @@ def test_idle_prompt_matches_any_profile_and_its_optional_parts():
 
 # --- launch ------------------------------------------------------------------------
 def context(**kw) -> LaunchContext:
-    values = dict(terminal_id="0123abcd", profile_name="developer", system_prompt="", working_directory="/tmp",
-                  home_dir=Path("/tmp/cao"))
+    values = dict(
+        terminal_id="0123abcd",
+        profile_name="developer",
+        system_prompt="",
+        working_directory="/tmp",
+        home_dir=Path("/tmp/cao"),
+    )
     values.update(kw)
     return LaunchContext(**values)
 
@@ -77,8 +83,16 @@ def context(**kw) -> LaunchContext:
 def test_launch_line_starts_the_tui_with_trust_all_tools():
     argv = kiro.build_launch(context(model="claude-sonnet-4.5")).argv
     assert Path(argv[0]).name == "kiro-cli"
-    assert argv[1:] == ["chat", "--agent-engine", "v2", "--trust-all-tools", "--model", "claude-sonnet-4.5",
-                        "--agent", "developer"]
+    assert argv[1:] == [
+        "chat",
+        "--agent-engine",
+        "v2",
+        "--trust-all-tools",
+        "--model",
+        "claude-sonnet-4.5",
+        "--agent",
+        "developer",
+    ]
 
 
 @pytest.mark.parametrize("kw", [{"allowed_tools": ["*"]}, {"yolo": True}])

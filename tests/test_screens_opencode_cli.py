@@ -6,6 +6,7 @@ names the state that no longer reads right.
 Also: the launch configuration (permissions, agent, MCP, the user's own config) and the
 status plugin, run under Node against a stub fetch.
 """
+
 from __future__ import annotations
 
 import json
@@ -14,11 +15,11 @@ import subprocess
 from pathlib import Path
 
 import pytest
+from screen_fixtures import ScreenFixtures
 
 from cli_agent_orchestrator.models import TerminalStatus
 from cli_agent_orchestrator.providers import opencode_cli as oc
 from cli_agent_orchestrator.providers.base import LaunchContext, Screen
-from screen_fixtures import ScreenFixtures
 
 SCREENS = ScreenFixtures("opencode_cli", rows=50)  # each screen as the whole 50-row pane
 STATES = SCREENS.states()
@@ -64,15 +65,18 @@ def test_a_turn_still_running_has_no_reply_yet():
 
 
 # --- the plugin's events ----------------------------------------------------------------
-@pytest.mark.parametrize("event, payload, status", [
-    ("session.busy", {}, TerminalStatus.PROCESSING),
-    ("permission.replied", {"reply": "once"}, TerminalStatus.PROCESSING),
-    ("session.retry", {"attempt": 2, "message": "overloaded"}, TerminalStatus.PROCESSING),
-    ("permission.asked", {"permission": "bash", "patterns": ["rm -rf x"]}, TerminalStatus.WAITING_USER_ANSWER),
-    ("session.idle", {}, TerminalStatus.COMPLETED),
-    ("session.idle", {"aborted": True}, TerminalStatus.IDLE),
-    ("session.idle", {"error": "rate limited"}, TerminalStatus.ERROR),
-])
+@pytest.mark.parametrize(
+    "event, payload, status",
+    [
+        ("session.busy", {}, TerminalStatus.PROCESSING),
+        ("permission.replied", {"reply": "once"}, TerminalStatus.PROCESSING),
+        ("session.retry", {"attempt": 2, "message": "overloaded"}, TerminalStatus.PROCESSING),
+        ("permission.asked", {"permission": "bash", "patterns": ["rm -rf x"]}, TerminalStatus.WAITING_USER_ANSWER),
+        ("session.idle", {}, TerminalStatus.COMPLETED),
+        ("session.idle", {"aborted": True}, TerminalStatus.IDLE),
+        ("session.idle", {"error": "rate limited"}, TerminalStatus.ERROR),
+    ],
+)
 def test_status_from_hook(event: str, payload: dict, status: TerminalStatus):
     reading = oc.status_from_hook(event, payload)
     assert reading is not None and reading.status == status
@@ -88,8 +92,14 @@ def test_unknown_events_are_ignored():
 
 # --- launch -------------------------------------------------------------------------------
 def context(tmp_path: Path, **kw) -> LaunchContext:
-    values = dict(terminal_id="0123abcd", profile_name="dev", system_prompt="Be brief.",
-                  working_directory=str(tmp_path), home_dir=tmp_path / "cao", mcp_server_argv=["/bin/cao-mcp"])
+    values = dict(
+        terminal_id="0123abcd",
+        profile_name="dev",
+        system_prompt="Be brief.",
+        working_directory=str(tmp_path),
+        home_dir=tmp_path / "cao",
+        mcp_server_argv=["/bin/cao-mcp"],
+    )
     values.update(kw)
     return LaunchContext(**values)
 
@@ -107,8 +117,12 @@ def test_launch_defines_agent_mcp_plugin_and_a_cleaning_script(tmp_path: Path):
     assert "--mini --agent cao-dev <&0 &" in script and "trap 'rm -rf \"$own\"' EXIT" in script
     assert 'TMPDIR="$own/tmp"' in script
     data = json.loads((own / "opencode.json").read_text())
-    assert data["agent"]["cao-dev"] == {"description": "cao agent profile dev", "mode": "primary",
-                                        "prompt": "Be brief.", "model": "scripted/fake-model"}
+    assert data["agent"]["cao-dev"] == {
+        "description": "cao agent profile dev",
+        "mode": "primary",
+        "prompt": "Be brief.",
+        "model": "scripted/fake-model",
+    }
     server = data["mcp"]["cao-mcp-server"]
     assert server["command"] == ["/bin/cao-mcp"] and server["environment"]["CAO_TERMINAL_ID"] == "0123abcd"
     assert data["plugin"] == [(own / "opencode_status.js").as_uri()]
@@ -136,18 +150,21 @@ def test_allowed_tools_deny_everything_else(tmp_path: Path):
 
 
 def test_other_profile_mcp_servers_are_carried_over(tmp_path: Path):
-    extra = {"mcpServers": {"cao-mcp-server": {"command": "cao-mcp-server"},
-                            "docs": {"command": "docs-mcp", "args": ["--stdio"], "env": {"TOKEN": "t"}},
-                            "web": {"url": "https://example.invalid/mcp"}}}
+    extra = {
+        "mcpServers": {
+            "cao-mcp-server": {"command": "cao-mcp-server"},
+            "docs": {"command": "docs-mcp", "args": ["--stdio"], "env": {"TOKEN": "t"}},
+            "web": {"url": "https://example.invalid/mcp"},
+        }
+    }
     mcp = settings(tmp_path, profile_extra=extra)["mcp"]
     assert mcp["docs"] == {"type": "local", "command": ["docs-mcp", "--stdio"], "environment": {"TOKEN": "t"}}
     assert mcp["web"]["type"] == "remote"
     assert mcp["cao-mcp-server"]["command"] == ["/bin/cao-mcp"]
 
 
-def test_a_users_own_opencode_config_variable_is_kept_and_ours_goes_inline(tmp_path: Path, monkeypatch):
-    monkeypatch.setenv("OPENCODE_CONFIG", str(tmp_path / "mine.json"))
-    launch = oc.build_launch(context(tmp_path))
+def test_a_users_own_opencode_config_variable_is_kept_and_ours_goes_inline(tmp_path: Path):
+    launch = oc.build_launch(context(tmp_path, environ={"OPENCODE_CONFIG": str(tmp_path / "mine.json")}))
     assert "OPENCODE_CONFIG" not in launch.env  # the user's variable reaches opencode unchanged
     ours = json.loads(launch.env["OPENCODE_CONFIG_CONTENT"])
     assert ours["agent"]["cao-dev"]["prompt"] == "Be brief."
@@ -196,7 +213,13 @@ def test_plugin_posts_each_turn_edge_once_in_order_retrying_and_ignoring_sub_age
     posted = json.loads(out.stdout)
     assert {url for url, _ in posted} == {"http://127.0.0.1:4321/terminals/0123abcd/hooks"}
     assert [body["event"] for _, body in posted] == [
-        "session.busy", "permission.asked", "permission.replied", "session.idle", "session.busy", "session.idle"]
+        "session.busy",
+        "permission.asked",
+        "permission.replied",
+        "session.idle",
+        "session.busy",
+        "session.idle",
+    ]
     assert posted[1][1]["payload"] == {"permission": "bash", "patterns": ["ls"]}
     assert posted[3][1]["payload"] == {"error": "boom"}
     assert posted[5][1]["payload"] == {}  # a new turn starts without the old error
@@ -206,9 +229,16 @@ def test_plugin_posts_each_turn_edge_once_in_order_retrying_and_ignoring_sub_age
 def test_plugin_outside_a_cao_terminal_does_nothing(tmp_path: Path):
     plugin = tmp_path / "plugin.mjs"
     plugin.write_text(oc.PLUGIN)
-    code = f"const m = await import({json.dumps(plugin.as_uri())}); console.log(JSON.stringify(await m.CaoStatus({{}})))"
-    out = subprocess.run(["node", "--input-type=module", "-e", code], env={"PATH": "/usr/bin:/bin"},
-                         capture_output=True, text=True, timeout=30)
+    code = (
+        f"const m = await import({json.dumps(plugin.as_uri())}); console.log(JSON.stringify(await m.CaoStatus({{}})))"
+    )
+    out = subprocess.run(
+        ["node", "--input-type=module", "-e", code],
+        env={"PATH": "/usr/bin:/bin"},
+        capture_output=True,
+        text=True,
+        timeout=30,
+    )
     assert out.returncode == 0 and out.stdout.strip() == "{}", out.stderr
 
 

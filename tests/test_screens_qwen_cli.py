@@ -4,22 +4,36 @@ Fixtures come from scripts/record_screens/qwen_cli.py: `<state>.txt` is the scre
 tmux shows it (220x50), `<state>.json` what the provider must read from it. After a CLI
 upgrade, re-record and run this file to see at once which reading broke.
 """
+
 from __future__ import annotations
 
 import pytest
+from screen_fixtures import ScreenFixtures
 
 from cli_agent_orchestrator.models import TerminalStatus
 from cli_agent_orchestrator.providers.base import Screen, StatusReading
 from cli_agent_orchestrator.providers.qwen_cli import dialog_keys, extract_reply, read_status, status_from_hook
-from screen_fixtures import ScreenFixtures
 
 SCREENS = ScreenFixtures("qwen_cli")
 STATES = SCREENS.states(".txt")
 
 
 def test_every_state_was_recorded() -> None:
-    assert {"starting", "idle", "composer", "working", "done", "tool_done", "permission", "permission_answered",
-            "error", "declined", "cancelled", "idle_yolo", "trust"} <= set(STATES)
+    assert {
+        "starting",
+        "idle",
+        "composer",
+        "working",
+        "done",
+        "tool_done",
+        "permission",
+        "permission_answered",
+        "error",
+        "declined",
+        "cancelled",
+        "idle_yolo",
+        "trust",
+    } <= set(STATES)
 
 
 @pytest.mark.parametrize("state", STATES)
@@ -38,8 +52,18 @@ COMPOSER = ["─" * 80, ">   Type your message or @path/to/file", "─" * 80, " 
 
 
 def test_history_with_status_rows_below_the_answer_extracts_only_the_answer() -> None:
-    history = ["", "  > please say hello", "", "  ✦ First paragraph.", "", "     - a list item", "    Last line.", "",
-               "  ⠏ Reticulating splines... (1s · esc to cancel)", *COMPOSER]
+    history = [
+        "",
+        "  > please say hello",
+        "",
+        "  ✦ First paragraph.",
+        "",
+        "     - a list item",
+        "    Last line.",
+        "",
+        "  ⠏ Reticulating splines... (1s · esc to cancel)",
+        *COMPOSER,
+    ]
     assert extract_reply(history) == "First paragraph.\n\n - a list item\nLast line."
     assert read_status(Screen(history)).status == TerminalStatus.PROCESSING
 
@@ -65,20 +89,30 @@ def test_hooks_map_to_statuses() -> None:
     assert status_from_hook("Notification", idle).status == TerminalStatus.COMPLETED
     # Stop runs before the answer is on screen; the idle notice ends the turn instead.
     assert status_from_hook("Stop", {"session_id": "s1"}) is None
-    asked = status_from_hook("Notification", {"session_id": "s1", "notification_type": "permission_prompt",
-                                              "message": "Qwen Code needs your permission to use run_shell_command"})
-    assert asked == StatusReading(TerminalStatus.WAITING_USER_ANSWER,
-                                  "Qwen Code needs your permission to use run_shell_command")
+    asked = status_from_hook(
+        "Notification",
+        {
+            "session_id": "s1",
+            "notification_type": "permission_prompt",
+            "message": "Qwen Code needs your permission to use run_shell_command",
+        },
+    )
+    assert asked == StatusReading(
+        TerminalStatus.WAITING_USER_ANSWER, "Qwen Code needs your permission to use run_shell_command"
+    )
 
 
 def test_the_idle_notice_after_a_failed_turn_keeps_the_error() -> None:
-    failed = status_from_hook("StopFailure", {"session_id": "s2", "error": "invalid_request",
-                                              "error_details": "400 scripted failure"})
+    """A pure function: what came before is told by the caller (the status monitor), so asking
+    twice gives the same answer."""
+    failed = status_from_hook(
+        "StopFailure", {"session_id": "s2", "error": "invalid_request", "error_details": "400 scripted failure"}
+    )
     assert failed == StatusReading(TerminalStatus.ERROR, "400 scripted failure")
     idle = {"session_id": "s2", "notification_type": "idle_prompt"}
-    assert status_from_hook("Notification", idle) is None
-    status_from_hook("UserPromptSubmit", {"session_id": "s2"})
-    assert status_from_hook("Notification", idle).status == TerminalStatus.COMPLETED  # the next turn is fine
+    for _ in range(2):
+        assert status_from_hook("Notification", idle, "StopFailure") is None
+    assert status_from_hook("Notification", idle, "UserPromptSubmit").status == TerminalStatus.COMPLETED
 
 
 def test_dialogs_are_answered_with_menu_keys() -> None:

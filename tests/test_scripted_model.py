@@ -4,23 +4,28 @@ Every turn streams SSE and parses the events back into what the CLI would
 build from them (text, tool calls, stop reason), then sends the follow-up
 request in that CLI's own history format. No CLI binaries are needed.
 """
+
 from __future__ import annotations
 
 import json
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 from typing import Any
 
 import httpx
 import pytest
+from conftest import wait_until
 
-from cli_agent_orchestrator.scripted_model import ScriptedModelServer, ScriptError, parse_script
+from cao_testkit.scripted_model import ScriptedModelServer, ScriptError, parse_script
 
-HANDOFF_SCHEMA = {"type": "object", "properties": {"agent_profile": {"type": "string"},
-                                                   "message": {"type": "string"}, "timeout": {"type": "integer"}},
-                  "required": ["agent_profile", "message"]}
+HANDOFF_SCHEMA = {
+    "type": "object",
+    "properties": {"agent_profile": {"type": "string"}, "message": {"type": "string"}, "timeout": {"type": "integer"}},
+    "required": ["agent_profile", "message"],
+}
 REMINDER = "<system-reminder>\nAs you answer, use the context below.\n</system-reminder>"
 
 
@@ -30,7 +35,7 @@ def obj(props: dict[str, str], required: list[str]) -> dict:
 
 # ---------------------------------------------------------------- per-API clients (what each CLI does)
 def sse_events(resp: httpx.Response) -> list[tuple[str | None, Any]]:
-    if resp.status_code != 200:   # surface HTTP errors the way the vendor SDKs do
+    if resp.status_code != 200:  # surface HTTP errors the way the vendor SDKs do
         resp.read()
         resp.raise_for_status()
     assert resp.headers["content-type"].startswith("text/event-stream")
@@ -47,21 +52,32 @@ def sse_events(resp: httpx.Response) -> list[tuple[str | None, Any]]:
 
 class Claude:
     """Anthropic Messages, as Claude Code sends it (?beta=true, system reminders, stream)."""
-    tools = [{"name": "Bash", "input_schema": obj({"command": "string", "description": "string",
-                                                   "timeout": "number"}, ["command"])},
-             {"name": "Read", "input_schema": obj({"file_path": "string"}, ["file_path"])},
-             {"name": "mcp__cao-mcp-server__handoff", "input_schema": HANDOFF_SCHEMA}]
+
+    tools = [
+        {
+            "name": "Bash",
+            "input_schema": obj({"command": "string", "description": "string", "timeout": "number"}, ["command"]),
+        },
+        {"name": "Read", "input_schema": obj({"file_path": "string"}, ["file_path"])},
+        {"name": "mcp__cao-mcp-server__handoff", "input_schema": HANDOFF_SCHEMA},
+    ]
 
     def __init__(self, client: httpx.Client, base: str) -> None:
         self.client, self.base, self.messages = client, base, []
 
     def user(self, text: str) -> None:
-        self.messages.append({"role": "user", "content": [{"type": "text", "text": REMINDER},
-                                                          {"type": "text", "text": text}]})
+        self.messages.append(
+            {"role": "user", "content": [{"type": "text", "text": REMINDER}, {"type": "text", "text": text}]}
+        )
 
     def turn(self, tools: bool = True) -> dict:
-        body = {"model": "claude-opus-4-8", "max_tokens": 32000, "stream": True, "system": "You are Claude Code.",
-                "messages": self.messages + [{"role": "system", "content": "mid-conversation note"}]}
+        body = {
+            "model": "claude-opus-4-8",
+            "max_tokens": 32000,
+            "stream": True,
+            "system": "You are Claude Code.",
+            "messages": self.messages + [{"role": "system", "content": "mid-conversation note"}],
+        }
         if tools:
             body["tools"] = self.tools
         with self.client.stream("POST", f"{self.base}/v1/messages?beta=true", json=body) as resp:
@@ -92,31 +108,58 @@ class Claude:
         return {"text": text, "calls": calls, "stop": stop}
 
     def tool_result(self, call: dict, output: str) -> None:
-        self.messages.append({"role": "user", "content": [
-            {"type": "tool_result", "tool_use_id": call["id"], "content": [{"type": "text", "text": output}]},
-            {"type": "text", "text": REMINDER}]})
+        self.messages.append(
+            {
+                "role": "user",
+                "content": [
+                    {"type": "tool_result", "tool_use_id": call["id"], "content": [{"type": "text", "text": output}]},
+                    {"type": "text", "text": REMINDER},
+                ],
+            }
+        )
 
 
 class Codex:
     """OpenAI Responses, as Codex sends it: developer + environment_context items, namespaced MCP tools."""
-    tools = [{"type": "function", "name": "exec_command",
-              "parameters": obj({"cmd": "string", "workdir": "string", "yield_time_ms": "number"}, ["cmd"])},
-             {"type": "namespace", "name": "mcp__cao-mcp-server",
-              "tools": [{"type": "function", "name": "handoff", "parameters": HANDOFF_SCHEMA}]}]
+
+    tools = [
+        {
+            "type": "function",
+            "name": "exec_command",
+            "parameters": obj({"cmd": "string", "workdir": "string", "yield_time_ms": "number"}, ["cmd"]),
+        },
+        {
+            "type": "namespace",
+            "name": "mcp__cao-mcp-server",
+            "tools": [{"type": "function", "name": "handoff", "parameters": HANDOFF_SCHEMA}],
+        },
+    ]
 
     def __init__(self, client: httpx.Client, base: str) -> None:
         self.client, self.base = client, base
         self.input: list[dict] = [
             {"type": "message", "role": "developer", "content": [{"type": "input_text", "text": "<permissions/>"}]},
-            {"type": "message", "role": "user", "content": [
-                {"type": "input_text", "text": "<environment_context>\n  <cwd>/w</cwd>\n</environment_context>"}]}]
+            {
+                "type": "message",
+                "role": "user",
+                "content": [
+                    {"type": "input_text", "text": "<environment_context>\n  <cwd>/w</cwd>\n</environment_context>"}
+                ],
+            },
+        ]
 
     def user(self, text: str) -> None:
         self.input.append({"type": "message", "role": "user", "content": [{"type": "input_text", "text": text}]})
 
     def turn(self, tools: bool = True) -> dict:
-        body = {"model": "fake-model", "instructions": "You are Codex.", "input": self.input,
-                "tools": self.tools if tools else [], "stream": True, "store": False}
+        body = {
+            "model": "fake-model",
+            "instructions": "You are Codex.",
+            "input": self.input,
+            "tools": self.tools if tools else [],
+            "stream": True,
+            "store": False,
+        }
         with self.client.stream("POST", f"{self.base}/v1/responses", json=body) as resp:
             events = sse_events(resp)
         kinds = [name for name, _ in events]
@@ -128,8 +171,11 @@ class Codex:
         deltas = "".join(d["delta"] for name, d in events if name == "response.output_text.delta")
         text = "".join(c["text"] for i in items if i["type"] == "message" for c in i["content"])
         assert deltas == text
-        calls = [{"name": i["name"], "namespace": i.get("namespace"), "args": json.loads(i["arguments"]),
-                  "id": i["call_id"]} for i in items if i["type"] == "function_call"]
+        calls = [
+            {"name": i["name"], "namespace": i.get("namespace"), "args": json.loads(i["arguments"]), "id": i["call_id"]}
+            for i in items
+            if i["type"] == "function_call"
+        ]
         return {"text": text, "calls": calls}
 
     def tool_result(self, call: dict, output: str) -> None:
@@ -138,6 +184,7 @@ class Codex:
 
 class ChatCli:
     """OpenAI Chat Completions, as qwen-code and opencode send it."""
+
     tools: list[dict] = []
 
     def __init__(self, client: httpx.Client, base: str) -> None:
@@ -148,8 +195,12 @@ class ChatCli:
         self.messages.append({"role": "user", "content": text})
 
     def turn(self, tools: bool = True) -> dict:
-        body = {"model": "fake-model", "messages": self.messages, "stream": True,
-                "stream_options": {"include_usage": True}}
+        body = {
+            "model": "fake-model",
+            "messages": self.messages,
+            "stream": True,
+            "stream_options": {"include_usage": True},
+        }
         if tools:
             body["tools"] = [{"type": "function", "function": f} for f in self.tools]
         with self.client.stream("POST", f"{self.base}/v1/chat/completions", json=body) as resp:
@@ -170,8 +221,10 @@ class ChatCli:
         found = [{"name": c["name"], "args": json.loads(c["arguments"]), "id": c["id"]} for c in calls.values()]
         msg: dict = {"role": "assistant", "content": text or None}
         if found:
-            msg["tool_calls"] = [{"id": c["id"], "type": "function",
-                                  "function": {"name": c["name"], "arguments": c["arguments"]}} for c in calls.values()]
+            msg["tool_calls"] = [
+                {"id": c["id"], "type": "function", "function": {"name": c["name"], "arguments": c["arguments"]}}
+                for c in calls.values()
+            ]
         self.messages.append(msg)
         return {"text": text, "calls": found, "stop": finish}
 
@@ -180,28 +233,43 @@ class ChatCli:
 
 
 class Qwen(ChatCli):
-    tools = [{"name": "run_shell_command",
-              "parameters": obj({"command": "string", "is_background": "boolean"}, ["command", "is_background"])},
-             {"name": "tool_search", "parameters": obj({"query": "string"}, ["query"])}]
+    tools = [
+        {
+            "name": "run_shell_command",
+            "parameters": obj({"command": "string", "is_background": "boolean"}, ["command", "is_background"]),
+        },
+        {"name": "tool_search", "parameters": obj({"query": "string"}, ["query"])},
+    ]
 
 
 class OpenCode(ChatCli):
-    tools = [{"name": "bash", "parameters": obj({"command": "string", "description": "string"},
-                                                ["command", "description"])},
-             {"name": "cao-mcp-server_handoff", "parameters": HANDOFF_SCHEMA}]
+    tools = [
+        {"name": "bash", "parameters": obj({"command": "string", "description": "string"}, ["command", "description"])},
+        {"name": "cao-mcp-server_handoff", "parameters": HANDOFF_SCHEMA},
+    ]
 
 
 class Gemini:
     """Gemini streamGenerateContent?alt=sse, as Gemini CLI sends it."""
-    tools = [{"functionDeclarations": [
-        {"name": "run_shell_command", "parametersJsonSchema": obj({"command": "string", "description": "string"},
-                                                                  ["command"])},
-        {"name": "handoff", "parametersJsonSchema": HANDOFF_SCHEMA}]}]
+
+    tools = [
+        {
+            "functionDeclarations": [
+                {
+                    "name": "run_shell_command",
+                    "parametersJsonSchema": obj({"command": "string", "description": "string"}, ["command"]),
+                },
+                {"name": "handoff", "parametersJsonSchema": HANDOFF_SCHEMA},
+            ]
+        }
+    ]
 
     def __init__(self, client: httpx.Client, base: str) -> None:
         self.client, self.base = client, base
-        self.contents: list[dict] = [{"role": "user", "parts": [{"text": "This is the Gemini CLI. Context..."}]},
-                                     {"role": "model", "parts": [{"text": "Got it."}]}]
+        self.contents: list[dict] = [
+            {"role": "user", "parts": [{"text": "This is the Gemini CLI. Context..."}]},
+            {"role": "model", "parts": [{"text": "Got it."}]},
+        ]
 
     def user(self, text: str) -> None:
         self.contents.append({"role": "user", "parts": [{"text": text}]})
@@ -216,30 +284,50 @@ class Gemini:
         parts = [p for _, d in events for p in d["candidates"][0]["content"]["parts"]]
         assert events[-1][1]["candidates"][0]["finishReason"] == "STOP"
         self.contents.append({"role": "model", "parts": parts})
-        calls = [{"name": p["functionCall"]["name"], "args": p["functionCall"]["args"], "id": p["functionCall"]["id"]}
-                 for p in parts if "functionCall" in p]
+        calls = [
+            {"name": p["functionCall"]["name"], "args": p["functionCall"]["args"], "id": p["functionCall"]["id"]}
+            for p in parts
+            if "functionCall" in p
+        ]
         return {"text": "".join(p.get("text", "") for p in parts), "calls": calls}
 
     def tool_result(self, call: dict, output: str) -> None:
-        self.contents.append({"role": "user", "parts": [
-            {"functionResponse": {"id": call["id"], "name": call["name"], "response": {"output": output}}}]})
+        self.contents.append(
+            {
+                "role": "user",
+                "parts": [
+                    {"functionResponse": {"id": call["id"], "name": call["name"], "response": {"output": output}}}
+                ],
+            }
+        )
 
 
 CLIS = {"claude": Claude, "codex": Codex, "qwen": Qwen, "opencode": OpenCode, "gemini": Gemini}
-SHELL = {"claude": ("Bash", {"command": "ls -la"}), "codex": ("exec_command", {"cmd": "ls -la"}),
-         "qwen": ("run_shell_command", {"command": "ls -la", "is_background": False}),
-         "opencode": ("bash", {"command": "ls -la", "description": "Run: ls -la"}),
-         "gemini": ("run_shell_command", {"command": "ls -la"})}
+SHELL = {
+    "claude": ("Bash", {"command": "ls -la"}),
+    "codex": ("exec_command", {"cmd": "ls -la"}),
+    "qwen": ("run_shell_command", {"command": "ls -la", "is_background": False}),
+    "opencode": ("bash", {"command": "ls -la", "description": "Run: ls -la"}),
+    "gemini": ("run_shell_command", {"command": "ls -la"}),
+}
 
 SCRIPT = [
     {"match": "^say hello$", "reply": "Hello from the script."},
     {"match": "^poem", "steps": [{"text": "line one\nline two\n\nline four"}]},
-    {"match": r"^list (\S+)", "steps": [
-        {"text": "Listing {g1}.", "tool": "shell", "args": {"command": "ls {g1}"}},
-        {"text": "Listing said: {tool_result}"}]},
-    {"match": r"^delegate to (\w+): (.*)", "steps": [
-        {"tool": "mcp:cao-mcp-server:handoff", "args": {"agent_profile": "{g1}", "message": "{g2}"}},
-        {"text": "Worker answered: {tool_result}"}]},
+    {
+        "match": r"^list (\S+)",
+        "steps": [
+            {"text": "Listing {g1}.", "tool": "shell", "args": {"command": "ls {g1}"}},
+            {"text": "Listing said: {tool_result}"},
+        ],
+    },
+    {
+        "match": r"^delegate to (\w+): (.*)",
+        "steps": [
+            {"tool": "mcp:cao-mcp-server:handoff", "args": {"agent_profile": "{g1}", "message": "{g2}"}},
+            {"text": "Worker answered: {tool_result}"},
+        ],
+    },
     {"match": "^slow", "steps": [{"delay_ms": 400}, {"text": "finally"}]},
     {"match": "^flaky", "steps": [{"error": 529, "message": "Overloaded", "times": 2}, {"text": "recovered"}]},
     {"match": "^broken", "steps": [{"error": 429, "message": "quota gone"}]},
@@ -308,8 +396,12 @@ def test_mcp_tool_call(cli, model, client):
     agent = make(cli, model, client)
     agent.user("delegate to analyst: count the rows")
     first = agent.turn()
-    expected = {"claude": ("mcp__cao-mcp-server__handoff", None), "codex": ("handoff", "mcp__cao-mcp-server"),
-                "opencode": ("cao-mcp-server_handoff", None), "gemini": ("handoff", None)}[cli]
+    expected = {
+        "claude": ("mcp__cao-mcp-server__handoff", None),
+        "codex": ("handoff", "mcp__cao-mcp-server"),
+        "opencode": ("cao-mcp-server_handoff", None),
+        "gemini": ("handoff", None),
+    }[cli]
     (call,) = first["calls"]
     assert (call["name"], call.get("namespace")) == expected
     assert call["args"] == {"agent_profile": "analyst", "message": "count the rows"}
@@ -327,7 +419,8 @@ def test_qwen_loads_deferred_mcp_tool_with_tool_search(model, client):
     agent.tools = Qwen.tools + [{"name": "mcp__cao-mcp-server__handoff", "parameters": HANDOFF_SCHEMA}]
     second = agent.turn()
     assert [(c["name"], c["args"]) for c in second["calls"]] == [
-        ("mcp__cao-mcp-server__handoff", {"agent_profile": "analyst", "message": "count the rows"})]
+        ("mcp__cao-mcp-server__handoff", {"agent_profile": "analyst", "message": "count the rows"})
+    ]
     agent.tool_result(second["calls"][0], "done")
     assert agent.turn()["text"] == "Worker answered: done"
 
@@ -336,7 +429,7 @@ def test_missing_tool_is_reported_not_called(model, client):
     agent = make("qwen", model, client)
     agent.user("delegate to analyst: x")
     first = agent.turn()
-    agent.tool_result(first["calls"][0], "No tools found")   # tool_search found nothing
+    agent.tool_result(first["calls"][0], "No tools found")  # tool_search found nothing
     second = agent.turn()
     assert second["calls"] == [] and "not offered" in second["text"]
 
@@ -344,7 +437,7 @@ def test_missing_tool_is_reported_not_called(model, client):
 @pytest.mark.parametrize("cli", CLIS)
 def test_side_request_without_tools_gets_plain_text(cli, model, client):
     agent = make(cli, model, client)
-    agent.user("list /tmp")   # the main rule would call a tool
+    agent.user("list /tmp")  # the main rule would call a tool
     side = agent.turn(tools=False)
     assert side == _plain("OK: list /tmp", cli)
     agent.user("title please")
@@ -355,16 +448,41 @@ def test_side_request_without_tools_gets_plain_text(cli, model, client):
 
 @pytest.mark.parametrize("cli", CLIS)
 def test_slow_reply(cli, model, client):
-    agent = make(cli, model, client)
-    agent.user("slow one")
-    began = time.monotonic()
-    assert agent.turn()["text"] == "finally"
-    assert time.monotonic() - began >= 0.4
+    """A `delay_ms` step holds that reply back while the model goes on answering others: the
+    slow conversation is still waiting after another one got its whole answer."""
+    script = f"slow-{cli}"
+    model.set_script(
+        script,
+        [
+            {"match": "^slow", "steps": [{"delay_ms": 2000}, {"text": "finally"}]},
+            {"match": "^say hello$", "reply": "Hello from the script."},
+        ],
+    )
+    slow, answers = make(cli, model, client, script), {}
+    slow.user("slow one")
+    thread = threading.Thread(target=lambda: answers.update(slow=slow.turn()))
+    thread.start()
+    try:
+        wait_until(lambda: model.requests(script), message="the slow request received")  # logged, then held
+        with httpx.Client(timeout=10) as other_client:
+            other = make(cli, model, other_client, script)
+            other.user("say hello")
+            assert other.turn()["text"] == "Hello from the script."
+        assert "slow" not in answers  # still held back
+    finally:
+        thread.join(15)
+    assert answers["slow"]["text"] == "finally"
 
 
-@pytest.mark.parametrize("cli,status,path", [
-    ("claude", 529, ("error", "type")), ("codex", 529, ("error", "code")),
-    ("qwen", 529, ("error", "message")), ("gemini", 529, ("error", "status"))])
+@pytest.mark.parametrize(
+    "cli,status,path",
+    [
+        ("claude", 529, ("error", "type")),
+        ("codex", 529, ("error", "code")),
+        ("qwen", 529, ("error", "message")),
+        ("gemini", 529, ("error", "status")),
+    ],
+)
 def test_error_then_recovery(cli, status, path, model, client):
     agent = make(cli, model, client)
     agent.user(f"flaky for {cli}")
@@ -376,16 +494,24 @@ def test_error_then_recovery(cli, status, path, model, client):
 
 
 def test_error_bodies_are_vendor_shaped(model, client):
-    body = {"model": "m", "stream": True, "messages": [{"role": "user", "content": "broken"}],
-            "tools": [{"name": "Bash", "input_schema": {}}]}
+    body = {
+        "model": "m",
+        "stream": True,
+        "messages": [{"role": "user", "content": "broken"}],
+        "tools": [{"name": "Bash", "input_schema": {}}],
+    }
     resp = client.post(model.base_url("t", "/v1/messages"), json=body)
     assert resp.status_code == 429
     assert resp.json() == {"type": "error", "error": {"type": "rate_limit_error", "message": "quota gone"}}
-    resp = client.post(model.base_url("t", "/v1/responses"), json={"model": "m", "input": "broken", "stream": True,
-                                                                   "tools": Codex.tools})
+    resp = client.post(
+        model.base_url("t", "/v1/responses"),
+        json={"model": "m", "input": "broken", "stream": True, "tools": Codex.tools},
+    )
     assert resp.status_code == 429 and resp.json()["error"]["code"] == "rate_limit_exceeded"
-    resp = client.post(model.base_url("t", "/v1beta/models/g:generateContent"),
-                       json={"contents": [{"role": "user", "parts": [{"text": "broken"}]}], "tools": Gemini.tools})
+    resp = client.post(
+        model.base_url("t", "/v1beta/models/g:generateContent"),
+        json={"contents": [{"role": "user", "parts": [{"text": "broken"}]}], "tools": Gemini.tools},
+    )
     assert resp.json() == {"error": {"code": 429, "message": "quota gone", "status": "RESOURCE_EXHAUSTED"}}
     # A trailing error keeps failing.
     assert client.post(model.base_url("t", "/v1/messages"), json=body).status_code == 429
@@ -398,18 +524,26 @@ def test_non_streaming_and_misc_routes(model, client):
     for path in ("/v1/models", "/s/t/v1/models"):
         data = client.get(model.url + path).json()
         assert data["object"] == "list" and data["data"][0]["type"] == "model"
-    msg = client.post(model.base_url("t", "/v1/messages"), json={
-        "model": "m", "messages": [{"role": "user", "content": "say hello"}], "tools": Claude.tools}).json()
+    msg = client.post(
+        model.base_url("t", "/v1/messages"),
+        json={"model": "m", "messages": [{"role": "user", "content": "say hello"}], "tools": Claude.tools},
+    ).json()
     assert msg["content"] == [{"type": "text", "text": "Hello from the script."}]
-    gen = client.post(model.base_url("t", "/v1beta/models/gemini-2.5-flash:generateContent"), json={
-        "contents": [{"role": "user", "parts": [{"text": "say hello"}]}], "tools": Gemini.tools}).json()
+    gen = client.post(
+        model.base_url("t", "/v1beta/models/gemini-2.5-flash:generateContent"),
+        json={"contents": [{"role": "user", "parts": [{"text": "say hello"}]}], "tools": Gemini.tools},
+    ).json()
     assert gen["candidates"][0]["content"]["parts"] == [{"text": "Hello from the script."}]
-    chunks = client.post(model.base_url("t", "/v1beta/models/g:streamGenerateContent"), json={
-        "contents": [{"role": "user", "parts": [{"text": "say hello"}]}], "tools": Gemini.tools}).json()
-    assert "".join(p["text"] for c in chunks for p in c["candidates"][0]["content"]["parts"]) == \
-        "Hello from the script."
-    resp = client.post(model.base_url("t", "/v1/responses"), json={"model": "m", "input": "say hello",
-                                                                   "tools": Codex.tools}).json()
+    chunks = client.post(
+        model.base_url("t", "/v1beta/models/g:streamGenerateContent"),
+        json={"contents": [{"role": "user", "parts": [{"text": "say hello"}]}], "tools": Gemini.tools},
+    ).json()
+    assert (
+        "".join(p["text"] for c in chunks for p in c["candidates"][0]["content"]["parts"]) == "Hello from the script."
+    )
+    resp = client.post(
+        model.base_url("t", "/v1/responses"), json={"model": "m", "input": "say hello", "tools": Codex.tools}
+    ).json()
     assert resp["status"] == "completed" and resp["output"][0]["content"][0]["text"] == "Hello from the script."
 
 
@@ -440,8 +574,7 @@ def test_bad_scripts_are_rejected(model):
 
 
 def test_entry_point_serves_a_scripts_directory(tmp_path: Path):
-    (tmp_path / "worker.yaml").write_text(
-        "- match: 'ping (\\d+)'\n  reply: 'pong {g1}'\n", encoding="utf-8")
+    (tmp_path / "worker.yaml").write_text("- match: 'ping (\\d+)'\n  reply: 'pong {g1}'\n", encoding="utf-8")
     with ScriptedModelServer(tmp_path, subprocess_mode=True) as server, httpx.Client(timeout=10) as c:
         agent = Codex(c, server.base_url("worker"))
         agent.user("ping 7")
@@ -451,6 +584,10 @@ def test_entry_point_serves_a_scripts_directory(tmp_path: Path):
         (tmp_path / "worker.yaml").write_text("- reply: 'changed'\n", encoding="utf-8")
         agent.user("ping 8")
         assert agent.turn()["text"] == "changed"
-    proc = subprocess.run([sys.executable, "-m", "cli_agent_orchestrator.scripted_model", "--port", "0",
-                           "--scripts", str(tmp_path / "missing")], capture_output=True, text=True, timeout=30)
+    proc = subprocess.run(
+        [sys.executable, "-m", "cao_testkit.scripted_model", "--port", "0", "--scripts", str(tmp_path / "missing")],
+        capture_output=True,
+        text=True,
+        timeout=30,
+    )
     assert proc.returncode == 2 and "not found" in proc.stderr

@@ -4,6 +4,7 @@ Real parts only: real cao-server processes, real sockets and a real second Unix 
 (`cao-stranger`, created once), whose requests Debian's /usr/bin/python3 sends under
 setpriv. The machine and CI run as root; elsewhere these tests skip.
 """
+
 from __future__ import annotations
 
 import asyncio
@@ -22,12 +23,12 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from conftest import REPO, CaoServer, wait_until
+from mcp_support import call, mcp_session
 
 from cli_agent_orchestrator.api.auth import OwnerOrToken
 from cli_agent_orchestrator.api.peer import socket_owner_uid
 from cli_agent_orchestrator.settings import Settings
-from conftest import REPO, CaoServer, wait_until
-from mcp_support import call, mcp_session
 
 STRANGER = "cao-stranger"
 SYSTEM_PYTHON = "/usr/bin/python3"  # the stranger cannot execute the venv's Python under /root
@@ -68,20 +69,41 @@ class Stranger:
     gid: int
 
     def argv(self, script: str, *args: str) -> list[str]:
-        return ["setpriv", f"--reuid={self.uid}", f"--regid={self.gid}", "--clear-groups",
-                SYSTEM_PYTHON, "-I", "-c", script, *args]
+        return [
+            "setpriv",
+            f"--reuid={self.uid}",
+            f"--regid={self.gid}",
+            "--clear-groups",
+            SYSTEM_PYTHON,
+            "-I",
+            "-c",
+            script,
+            *args,
+        ]
 
     def requests(self, port: int, items: list[tuple], host: str = "127.0.0.1") -> list[dict[str, Any]]:
         """Send (method, path, json body or None[, headers]) as the stranger; status and body of each."""
         wire = [[m, p, b, h[0] if h else {}] for m, p, b, *h in items]
-        proc = subprocess.run(self.argv(STRANGER_REQUESTS, host, str(port), json.dumps(wire)), cwd="/",
-                              env={"PATH": "/usr/bin:/bin"}, capture_output=True, text=True, timeout=60)
+        proc = subprocess.run(
+            self.argv(STRANGER_REQUESTS, host, str(port), json.dumps(wire)),
+            cwd="/",
+            env={"PATH": "/usr/bin:/bin"},
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
         assert proc.returncode == 0, proc.stderr
         return json.loads(proc.stdout)
 
     def connect(self, host: str, port: int) -> subprocess.Popen:
-        return subprocess.Popen(self.argv(STRANGER_CONNECTS, host, str(port)), cwd="/", env={"PATH": "/usr/bin:/bin"},
-                                stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+        return subprocess.Popen(
+            self.argv(STRANGER_CONNECTS, host, str(port)),
+            cwd="/",
+            env={"PATH": "/usr/bin:/bin"},
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            text=True,
+        )
 
 
 @pytest.fixture(scope="session")
@@ -96,8 +118,11 @@ def stranger() -> Stranger:
     try:
         entry = pwd.getpwnam(STRANGER)
     except KeyError:
-        made = subprocess.run(["useradd", "--system", "--no-create-home", "--shell", "/usr/sbin/nologin", STRANGER],
-                              capture_output=True, text=True)
+        made = subprocess.run(
+            ["useradd", "--system", "--no-create-home", "--shell", "/usr/sbin/nologin", STRANGER],
+            capture_output=True,
+            text=True,
+        )
         if made.returncode not in (0, 9):  # 9: created meanwhile by a parallel run
             pytest.skip(f"useradd {STRANGER} failed: {made.stderr.strip()}")
         entry = pwd.getpwnam(STRANGER)
@@ -135,14 +160,22 @@ def run_hook(server: CaoServer, env: dict[str, str], terminal_id: str, event: st
     identity = {"CAO_TERMINAL_ID": terminal_id}
     if hasattr(server, "hook_secret"):
         identity["CAO_HOOK_SECRET"] = server.hook_secret(terminal_id)
-    proc = subprocess.run([sys.executable, "-m", "cli_agent_orchestrator.hook", event], input="{}", text=True,
-                          env={**env, **identity}, timeout=20)
+    proc = subprocess.run(
+        [sys.executable, "-m", "cli_agent_orchestrator.hook", event],
+        input="{}",
+        text=True,
+        env={**env, **identity},
+        timeout=20,
+    )
     assert proc.returncode == 0
 
 
 def wait_hook_applied(server: CaoServer, terminal_id: str, event: str) -> None:
-    wait_until(lambda: server.client.get(f"/terminals/{terminal_id}").json()["status_source"] == f"hook:{event}",
-               timeout=15, message=f"{event} from cao-hook applied")
+    wait_until(
+        lambda: server.client.get(f"/terminals/{terminal_id}").json()["status_source"] == f"hook:{event}",
+        timeout=15,
+        message=f"{event} from cao-hook applied",
+    )
 
 
 def non_loopback_address() -> str | None:
@@ -207,8 +240,9 @@ def test_a_forwarded_for_header_cannot_borrow_the_owners_connection(cao: CaoServ
 def test_the_token_admits_a_stranger_and_a_wrong_one_does_not(cao: CaoServer, stranger: Stranger):
     good = {"Authorization": f"Bearer {token_of(cao)}"}
     wrong = {"Authorization": "Bearer " + "x" * 43}
-    answers = stranger.requests(cao.port, [("GET", "/terminals", None, good), ("GET", "/health", None, wrong),
-                                           ("GET", "/health", None)])
+    answers = stranger.requests(
+        cao.port, [("GET", "/terminals", None, good), ("GET", "/health", None, wrong), ("GET", "/health", None)]
+    )
     assert [a["status"] for a in answers] == [200, 403, 403], answers
 
 
@@ -223,14 +257,20 @@ def test_the_token_file_is_private_and_kept_across_restarts(cao: CaoServer, stra
     cao.start()
     assert token_of(cao) == token and stat.S_IMODE(path.stat().st_mode) == 0o600
     # The stranger can neither read it nor use the server without it.
-    cat = subprocess.run(stranger.argv("import sys; print(open(sys.argv[1]).read())", str(path)), cwd="/",
-                         capture_output=True, text=True, timeout=30)
+    cat = subprocess.run(
+        stranger.argv("import sys; print(open(sys.argv[1]).read())", str(path)),
+        cwd="/",
+        capture_output=True,
+        text=True,
+        timeout=30,
+    )
     assert cat.returncode != 0 and "Permission denied" in cat.stderr
     assert stranger.requests(cao.port, [("GET", "/health", None)])[0]["status"] == 403
 
 
-def test_websocket_refusals_close_with_4403_and_4401(tmp_path: Path, stranger: Stranger,
-                                                    monkeypatch: pytest.MonkeyPatch):
+def test_websocket_refusals_close_with_4403_and_4401(
+    tmp_path: Path, stranger: Stranger, monkeypatch: pytest.MonkeyPatch
+):
     monkeypatch.setenv("CAO_HOME_DIR", str(tmp_path / "home"))
     reached: list[dict] = []
 
@@ -273,8 +313,7 @@ def test_websocket_refusals_close_with_4403_and_4401(tmp_path: Path, stranger: S
 
 # --- the owner's clients keep working --------------------------------------------------------
 @pytest.mark.anyio
-async def test_the_owners_clients_work_without_help_while_a_stranger_is_refused(cao: CaoServer,
-                                                                                stranger: Stranger):
+async def test_the_owners_clients_work_without_help_while_a_stranger_is_refused(cao: CaoServer, stranger: Stranger):
     install_hooked(cao)
     first, second = cao.create_session("hooked"), cao.create_session()
     assert stranger.requests(cao.port, [("GET", "/terminals", None)])[0]["status"] == 403
@@ -303,7 +342,8 @@ def test_workflow_scripts_raw_http_and_shim_run_for_the_owner(cao: CaoServer, st
     (workflows / "one_shim_step.py").write_text(
         "from cao_workflow import emit_output, step\n"
         "handle = step('mock_cli', 'developer', 'via the shim', recovery='idempotent')\n"
-        "emit_output({'answer': handle.output})\n")
+        "emit_output({'answer': handle.output})\n"
+    )
     for name in ("loop_raw_http_example", "one_shim_step"):
         resp = cao.client.post("/workflows/runs", json={"name_or_path": name, "inputs": {}}, timeout=120)
         assert resp.status_code == 200, resp.text
@@ -313,8 +353,9 @@ def test_workflow_scripts_raw_http_and_shim_run_for_the_owner(cao: CaoServer, st
 
 # --- beyond loopback the token is required ---------------------------------------------------
 @pytest.mark.anyio
-async def test_a_non_loopback_bind_needs_the_token_which_every_client_sends(cao_factory, stranger: Stranger,
-                                                                            tmp_path: Path):
+async def test_a_non_loopback_bind_needs_the_token_which_every_client_sends(
+    cao_factory, stranger: Stranger, tmp_path: Path
+):
     address = non_loopback_address()
     if address is None:
         pytest.skip("no non-loopback IPv4 address on this machine")
@@ -342,8 +383,9 @@ async def test_a_non_loopback_bind_needs_the_token_which_every_client_sends(cao_
     assert listed.returncode == 0, listed.stderr
     refused_cli = subprocess.run([CAO, "session", "list"], env=elsewhere, capture_output=True, text=True, timeout=60)
     assert refused_cli.returncode == 1 and "token is required" in refused_cli.stderr
-    by_env = subprocess.run([CAO, "session", "list"], env={**elsewhere, "CAO_AUTH_TOKEN": token},
-                            capture_output=True, text=True, timeout=60)
+    by_env = subprocess.run(
+        [CAO, "session", "list"], env={**elsewhere, "CAO_AUTH_TOKEN": token}, capture_output=True, text=True, timeout=60
+    )
     assert by_env.returncode == 0, by_env.stderr
 
     async with mcp_session({**env, "CAO_TERMINAL_ID": first["id"]}) as session:
@@ -355,16 +397,21 @@ async def test_a_non_loopback_bind_needs_the_token_which_every_client_sends(cao_
 
     # The cao_workflow shim, with a run id the server does not know: once admitted, the
     # answer is about the run (404 today), not about the token.
-    shim = ("from cao_workflow import ShimHTTPError, run_step\n"
-            "try:\n    run_step('mock_cli', 'developer', 'x')\n"
-            "except ShimHTTPError as exc:\n    print(exc.status)\n")
+    shim = (
+        "from cao_workflow import ShimHTTPError, run_step\n"
+        "try:\n    run_step('mock_cli', 'developer', 'x')\n"
+        "except ShimHTTPError as exc:\n    print(exc.status)\n"
+    )
     run_env = {**env, "CAO_API_BASE_URL": wide, "CAO_WORKFLOW_RUN_ID": "wf-nosuchrun", "CAO_WORKFLOW_GENERATION": "1"}
     statuses = {}
-    for label, extra in (("home", {}), ("env", {"CAO_HOME_DIR": str(tmp_path / "no-token-here"),
-                                               "CAO_AUTH_TOKEN": token}),
-                         ("none", {"CAO_HOME_DIR": str(tmp_path / "no-token-here")})):
-        proc = subprocess.run([sys.executable, "-c", shim], env={**run_env, **extra}, capture_output=True,
-                              text=True, timeout=60)
+    for label, extra in (
+        ("home", {}),
+        ("env", {"CAO_HOME_DIR": str(tmp_path / "no-token-here"), "CAO_AUTH_TOKEN": token}),
+        ("none", {"CAO_HOME_DIR": str(tmp_path / "no-token-here")}),
+    ):
+        proc = subprocess.run(
+            [sys.executable, "-c", shim], env={**run_env, **extra}, capture_output=True, text=True, timeout=60
+        )
         assert proc.returncode == 0, proc.stderr
         statuses[label] = int(proc.stdout.strip())
     assert statuses["none"] == 401
@@ -373,13 +420,17 @@ async def test_a_non_loopback_bind_needs_the_token_which_every_client_sends(cao_
 
 
 # --- the peer lookup itself ------------------------------------------------------------------
-@pytest.mark.parametrize("family,host,client_host", [
-    (socket.AF_INET, "127.0.0.1", "127.0.0.1"),
-    (socket.AF_INET6, "::1", "::1"),
-    (socket.AF_INET6, "::", "127.0.0.1"),  # a dual-stack listener sees ::ffff:127.0.0.1
-])
-def test_peer_lookup_names_the_user_who_opened_the_client_socket(stranger: Stranger, family: int, host: str,
-                                                                  client_host: str):
+@pytest.mark.parametrize(
+    "family,host,client_host",
+    [
+        (socket.AF_INET, "127.0.0.1", "127.0.0.1"),
+        (socket.AF_INET6, "::1", "::1"),
+        (socket.AF_INET6, "::", "127.0.0.1"),  # a dual-stack listener sees ::ffff:127.0.0.1
+    ],
+)
+def test_peer_lookup_names_the_user_who_opened_the_client_socket(
+    stranger: Stranger, family: int, host: str, client_host: str
+):
     try:
         listener = socket.socket(family, socket.SOCK_STREAM)
         if family == socket.AF_INET6:

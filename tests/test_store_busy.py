@@ -1,6 +1,7 @@
 """A database another process holds locked: status edges are still published at once and
 written once the lock goes, writes that cannot wait get a clear 503 with the reason, and
 nothing is half made or lost."""
+
 from __future__ import annotations
 
 import json
@@ -10,7 +11,6 @@ from contextlib import contextmanager
 from pathlib import Path
 
 import httpx
-
 from conftest import CaoServer, wait_until
 
 
@@ -33,11 +33,12 @@ def _follow(cao: CaoServer, pattern: str, seen: list[dict], stop: threading.Even
                 with client.stream("GET", "/events", params={"pattern": pattern}) as resp:
                     for line in resp.iter_lines():
                         if line.startswith("data: "):
-                            seen.append(json.loads(line[len("data: "):]))
+                            seen.append(json.loads(line[len("data: ") :]))
                         if stop.is_set():
                             return
         except httpx.HTTPError:
             pass  # the server stopped at the end of the test
+
     thread = threading.Thread(target=run, daemon=True)
     thread.start()
     return thread
@@ -56,14 +57,21 @@ def test_a_locked_database_loses_no_status_and_answers_503(cao_factory):
     seen: list[dict] = []
     stop = threading.Event()
     _follow(cao, f"terminal.{tid}.status", seen, stop)
-    wait_until(lambda: cao.client.get("/diagnostics").json()["subscribers"]
-               and any(s["name"].startswith("sse:") for s in cao.client.get("/diagnostics").json()["subscribers"]),
-               message="SSE subscribed")
+    wait_until(
+        lambda: (
+            cao.client.get("/diagnostics").json()["subscribers"]
+            and any(s["name"].startswith("sse:") for s in cao.client.get("/diagnostics").json()["subscribers"])
+        ),
+        message="SSE subscribed",
+    )
     windows = cao.tmux("list-windows", "-a", "-F", "#{window_id}").stdout.split()
     with locked(db):
         cao.send(tid, "__mock_sleep_1")  # the turn starts and ends while the lock is held
-        wait_until(lambda: any(e["status"] == "completed" for e in seen), timeout=15,
-                   message="completed published during the lock")
+        wait_until(
+            lambda: any(e["status"] == "completed" for e in seen),
+            timeout=15,
+            message="completed published during the lock",
+        )
         assert cao.status(tid) == "completed"
         refused = cao.client.post("/sessions", params={"agent_profile": "developer", "provider": "mock_cli"})
         assert refused.status_code == 503, refused.text

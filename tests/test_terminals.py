@@ -1,8 +1,8 @@
 """The runtime core end to end: a real cao-server, real tmux, the mock agent."""
+
 from __future__ import annotations
 
 import json
-import time
 from pathlib import Path
 
 from conftest import CaoServer, read_records, wait_until
@@ -16,8 +16,9 @@ def test_spawn_reaches_idle_in_a_cao_tmux_window_with_terminal_id(cao: CaoServer
     assert term["name"].startswith("developer-")
     windows = cao.tmux("list-windows", "-t", term["session_name"], "-F", "#{window_name}").stdout.split()
     assert term["name"] in windows
-    pid = cao.tmux("display-message", "-p", "-t", f"{term['session_name']}:{term['name']}",
-                   "#{pane_pid}").stdout.strip()
+    pid = cao.tmux(
+        "display-message", "-p", "-t", f"{term['session_name']}:{term['name']}", "#{pane_pid}"
+    ).stdout.strip()
     environ = Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")
     assert f"CAO_TERMINAL_ID={term['id']}".encode() in environ
 
@@ -25,8 +26,9 @@ def test_spawn_reaches_idle_in_a_cao_tmux_window_with_terminal_id(cao: CaoServer
 def test_server_environment_reaches_the_agent(cao_factory):
     server = cao_factory(ANTHROPIC_BASE_URL="http://127.0.0.1:1/fake", HTTPS_PROXY="http://proxy:3128").start()
     term = server.create_session()
-    pid = server.tmux("display-message", "-p", "-t", f"{term['session_name']}:{term['name']}",
-                      "#{pane_pid}").stdout.strip()
+    pid = server.tmux(
+        "display-message", "-p", "-t", f"{term['session_name']}:{term['name']}", "#{pane_pid}"
+    ).stdout.strip()
     environ = Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")
     assert b"ANTHROPIC_BASE_URL=http://127.0.0.1:1/fake" in environ
     assert b"HTTPS_PROXY=http://proxy:3128" in environ
@@ -42,8 +44,12 @@ def test_turn_reaches_completed_with_exact_last_answer(cao: CaoServer):
     assert "hello world" in full and "MockCli ready" in full
     # A second turn is a new edge even though the status value stays "completed".
     cao.send(term["id"], "second turn")
-    wait_until(lambda: cao.client.get(f"/terminals/{term['id']}/output",
-                                      params={"mode": "last"}).json().get("output") == "MOCK: second turn")
+    wait_until(
+        lambda: (
+            cao.client.get(f"/terminals/{term['id']}/output", params={"mode": "last"}).json().get("output")
+            == "MOCK: second turn"
+        )
+    )
     assert cao.status(term["id"]) == "completed"
 
 
@@ -61,12 +67,12 @@ def test_hostile_100kb_message_arrives_byte_exact_and_controls_stay_inert(cao_fa
     term = server.create_session()
     chunk = "quotes \"double\" 'single' $(rm -rf ~) `id` ${HOME} \t tab ünïcødé 🎉 ; | & > < \\ * ?\n"
     body = (chunk * (100_000 // len(chunk) + 1))[:100_000]
-    start = time.monotonic()
     server.send(term["id"], body)
-    elapsed = time.monotonic() - start
     wait_until(lambda: read_records(record), message="record written")
+    # One submitted message, byte-exact: typed key by key, its first LF would have been an Enter
+    # (the mock would record the first line alone). How long the paste takes is measured by
+    # bench/runtime_bench.py ("100 KB input → /input answered").
     assert read_records(record) == [body]
-    assert elapsed < 1.0  # pasted in one go, not typed key by key
 
     # A fake end-of-paste marker and keystroke controls arrive as inert text in ONE message.
     server.wait_status(term["id"], "completed")
@@ -83,8 +89,9 @@ def test_waiting_user_answer_and_error_are_detected(cao: CaoServer):
     cao.wait_status(tid, "waiting_user_answer")
     cao.send(tid, "yes")
     cao.wait_status(tid, "completed")
-    assert cao.client.get(f"/terminals/{tid}/output", params={"mode": "last"}).json()["output"] == \
-        "MOCK: you answered yes"
+    assert (
+        cao.client.get(f"/terminals/{tid}/output", params={"mode": "last"}).json()["output"] == "MOCK: you answered yes"
+    )
     cao.send(tid, "__mock_error__")
     cao.wait_status(tid, "error")
     detail = cao.client.get(f"/terminals/{tid}").json()
@@ -134,8 +141,10 @@ def test_delete_saves_scrollback_and_restore_shows_it(cao: CaoServer):
     restored = cao.client.post(f"/terminals/{term['id']}/restore").json()
     assert restored["window_name"].startswith("restored-")
     target = f"{restored['session_name']}:{restored['window_name']}"
-    wait_until(lambda: "remember this line" in cao.tmux("capture-pane", "-p", "-S", "-", "-t", target).stdout,
-               message="restored scrollback on screen")
+    wait_until(
+        lambda: "remember this line" in cao.tmux("capture-pane", "-p", "-S", "-", "-t", target).stdout,
+        message="restored scrollback on screen",
+    )
     # Asked again, restore shows the same window: repeated calls never pile up shell windows.
     windows = cao.tmux("list-windows", "-a", "-F", "#{window_id}").stdout.split()
     for _ in range(3):
@@ -147,8 +156,9 @@ def test_delete_saves_scrollback_and_restore_shows_it(cao: CaoServer):
 def test_session_create_list_get_delete(cao: CaoServer):
     term = cao.create_session(session_name="work")
     assert term["session_name"] == "cao-work"
-    second = cao.client.post("/sessions/cao-work/terminals",
-                             params={"agent_profile": "reviewer", "provider": "mock_cli"})
+    second = cao.client.post(
+        "/sessions/cao-work/terminals", params={"agent_profile": "reviewer", "provider": "mock_cli"}
+    )
     assert second.status_code == 201 and second.json()["status"] == "idle"
     names = [s["name"] for s in cao.client.get("/sessions").json()]
     assert names == ["cao-work"]
@@ -183,15 +193,26 @@ def test_status_survives_output_floods_with_a_tiny_event_queue(cao_factory):
     term = server.create_session()
     for _ in range(3):
         server.send(term["id"], "__mock_long_400")
-        wait_until(lambda: server.client.get(f"/terminals/{term['id']}/output", params={"mode": "last"})
-                   .json().get("output", "").endswith("MOCK: line 400 of 400"), timeout=20)
+        wait_until(
+            lambda: (
+                server.client.get(f"/terminals/{term['id']}/output", params={"mode": "last"})
+                .json()
+                .get("output", "")
+                .endswith("MOCK: line 400 of 400")
+            ),
+            timeout=20,
+        )
         server.wait_status(term["id"], "completed", timeout=20)
     # Output is coalesced per read and routed per terminal, so even a queue of 2 keeps up;
     # whatever was dropped, no status edge was lost and no consumer failed.
     assert server.client.get("/diagnostics").json()["consumer_failures"] == []
     server.send(term["id"], "calm again")
-    wait_until(lambda: server.client.get(f"/terminals/{term['id']}/output", params={"mode": "last"})
-               .json().get("output") == "MOCK: calm again")
+    wait_until(
+        lambda: (
+            server.client.get(f"/terminals/{term['id']}/output", params={"mode": "last"}).json().get("output")
+            == "MOCK: calm again"
+        )
+    )
 
 
 def test_lost_enter_is_pressed_again_and_the_message_goes_in_once(cao_factory, tmp_path: Path):
@@ -202,8 +223,10 @@ def test_lost_enter_is_pressed_again_and_the_message_goes_in_once(cao_factory, t
     server.send(term["id"], "needs three enters")
     server.wait_status(term["id"], "completed", timeout=15)
     assert read_records(record) == ["needs three enters"]
-    assert server.client.get(f"/terminals/{term['id']}/output", params={"mode": "last"}).json()["output"] == \
-        "MOCK: needs three enters"
+    assert (
+        server.client.get(f"/terminals/{term['id']}/output", params={"mode": "last"}).json()["output"]
+        == "MOCK: needs three enters"
+    )
 
 
 def test_instant_turns_are_told_apart_even_when_echo_and_answer_arrive_together(cao_factory):
@@ -212,7 +235,9 @@ def test_instant_turns_are_told_apart_even_when_echo_and_answer_arrive_together(
     # new turn; a stale "completed" would make it return the previous reply.
     server = cao_factory(CAO_MOCK_DELAY_MS="0").start()
     for i in range(6):
-        resp = server.client.post("/terminals/run-step", json={"agent": "developer", "provider": "mock_cli",
-                                                               "prompt": f"instant {i}", "timeout": 30})
+        resp = server.client.post(
+            "/terminals/run-step",
+            json={"agent": "developer", "provider": "mock_cli", "prompt": f"instant {i}", "timeout": 30},
+        )
         assert resp.status_code == 200, resp.text
         assert resp.json()["last_message"] == f"MOCK: instant {i}"

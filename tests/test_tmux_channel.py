@@ -2,6 +2,7 @@
 commands after failures, a desynced or stalled control channel is detected and
 reconnected, a dead pane never receives a paste, and nothing a caller supplies is read
 as tmux syntax."""
+
 from __future__ import annotations
 
 import asyncio
@@ -49,20 +50,24 @@ def test_a_failing_command_in_a_list_leaves_every_later_reply_with_its_caller(tm
             # tmux stops this list at the first command and sends ONE %error block for it.
             failed = await backend.run_reply("new-window", "-t", "nosuch:", ";", "display-message", "-p", "x")
             assert not failed.ok and "nosuch" in failed.error
-            also = await backend.run_reply("display-message", "-p", "a", ";", "new-window", "-t", "nope:", ";",
-                                           "display-message", "-p", "never")
+            also = await backend.run_reply(
+                "display-message", "-p", "a", ";", "new-window", "-t", "nope:", ";", "display-message", "-p", "never"
+            )
             assert not also.ok and also.blocks == [["a"]]
             # The next hundred replies, sent concurrently, each reach the command that asked.
-            replies = await asyncio.gather(*(backend.run_reply("display-message", "-p", f"reply-{i}")
-                                             for i in range(100)))
+            replies = await asyncio.gather(
+                *(backend.run_reply("display-message", "-p", f"reply-{i}") for i in range(100))
+            )
             assert [r.text for r in replies] == [f"reply-{i}" for i in range(100)]
             # if-shell adds a block for the command it runs: still matched by the frame.
-            both = await backend.run_reply("if-shell", "-F", "1", "display-message -p inner", "", ";",
-                                           "display-message", "-p", "outer")
+            both = await backend.run_reply(
+                "if-shell", "-F", "1", "display-message -p inner", "", ";", "display-message", "-p", "outer"
+            )
             assert both.ok and both.text.split() == ["inner", "outer"]
             assert backend._source.alive
         finally:
             await backend.stop()
+
     run(scenario())
 
 
@@ -71,13 +76,13 @@ def test_a_reply_nobody_asked_for_is_a_desync_and_the_channel_reconnects(tmux_en
         backend, bus = await _backend(tmux_env)
         stream = bus.open_stream("test", "terminal.#")
         try:
-            ref = await backend.create_window("0123abcd", "cao-chan", "w-0001", str(tmp_path),
-                                              "exec cat", new_session=True)
+            ref = await backend.create_window(
+                "0123abcd", "cao-chan", "w-0001", str(tmp_path), "exec cat", new_session=True
+            )
             first = backend._source
             # A command written around the framing: its reply belongs to nobody.
             first.proc.stdin.write(b"display-message -p rogue\n")
-            await _until(lambda: backend._source is not first and backend._source is not None
-                         and backend._source.alive)
+            await _until(lambda: backend._source is not first and backend._source is not None and backend._source.alive)
             assert (await backend.run_reply("display-message", "-p", "after")).text == "after"
             # The pane is still watched through the new client: its output reaches the bus.
             await backend.paste(ref.window_id, "still-read\n")
@@ -90,6 +95,7 @@ def test_a_reply_nobody_asked_for_is_a_desync_and_the_channel_reconnects(tmux_en
             assert backend.health() == {"status": "ok"}
         finally:
             await backend.stop()
+
     run(scenario())
 
 
@@ -105,12 +111,15 @@ def test_a_stalled_channel_is_detected_and_replaced(tmux_env):
             stalled = await backend.run_reply("display-message", "-p", "lost")
             assert not stalled.ok and "did not answer" in stalled.error
             os.kill(server, signal.SIGCONT)
-            await _until(lambda: backend._source is not first and backend._source is not None
-                         and backend._source.alive, timeout=30)
+            await _until(
+                lambda: backend._source is not first and backend._source is not None and backend._source.alive,
+                timeout=30,
+            )
             assert (await backend.run_reply("display-message", "-p", "again")).text == "again"
         finally:
             os.kill(server, signal.SIGCONT)
             await backend.stop()
+
     run(scenario())
 
 
@@ -129,6 +138,7 @@ def test_a_killed_tmux_server_is_reported_and_a_new_one_starts_on_demand(tmux_en
             assert backend.health() == {"status": "ok"}
         finally:
             await backend.stop()
+
     run(scenario())
 
 
@@ -151,6 +161,7 @@ def test_paste_and_keys_never_reach_a_dead_pane_and_tmux_survives(tmux_env, tmp_
                 await backend.paste("@999", "nowhere")
         finally:
             await backend.stop()
+
     run(scenario())
 
 
@@ -168,6 +179,7 @@ def test_names_and_directories_are_literal_for_tmux(tmux_env, tmp_path, monkeypa
             assert not marker.exists()
         finally:
             await backend.stop()
+
     run(scenario())
 
 

@@ -1,17 +1,15 @@
 """Issue 9 through the HTTP API of a real cao-server: nothing a client sends becomes tmux
 syntax, a dead agent or a dead tmux server is told truthfully and never takes other agents
 down, and no secret or private file is left readable or behind."""
+
 from __future__ import annotations
 
 import os
 import signal
 import stat
-import subprocess
-import time
 from pathlib import Path
 
 import pytest
-
 from conftest import CaoServer, read_records, wait_until
 
 
@@ -26,25 +24,41 @@ def test_a_working_directory_with_tmux_formats_is_only_a_path(cao: CaoServer, tm
     workdir.mkdir()
     term = cao.create_session(working_directory=str(workdir))
     assert term["working_directory"] == str(workdir)
-    wait_until(lambda: cao.client.get(f"/terminals/{term['id']}/working-directory").json()["working_directory"]
-               == str(workdir), message="the agent runs in the literal directory")
+    wait_until(
+        lambda: (
+            cao.client.get(f"/terminals/{term['id']}/working-directory").json()["working_directory"] == str(workdir)
+        ),
+        message="the agent runs in the literal directory",
+    )
     # A worker inherits its caller's live directory: the same path again, still only a path.
-    worker = cao.client.post(f"/sessions/{term['session_name']}/terminals",
-                             params={"agent_profile": "developer", "provider": "mock_cli", "caller_id": term["id"]})
+    worker = cao.client.post(
+        f"/sessions/{term['session_name']}/terminals",
+        params={"agent_profile": "developer", "provider": "mock_cli", "caller_id": term["id"]},
+    )
     assert worker.status_code == 201, worker.text
     assert worker.json()["working_directory"] == str(workdir)
-    step = cao.client.post("/terminals/run-step", json={"agent": "developer", "provider": "mock_cli",
-                                                        "prompt": "hi", "caller_id": term["id"]})
+    step = cao.client.post(
+        "/terminals/run-step",
+        json={"agent": "developer", "provider": "mock_cli", "prompt": "hi", "caller_id": term["id"]},
+    )
     assert step.status_code == 200, step.text
     for where in (tmp_path, workdir, Path.cwd(), cao.home):
         assert not (where / "pwned").exists()
     assert not marker.exists()
 
 
-@pytest.mark.parametrize("field,value", [
-    ("session_name", "leak\n"), ("session_name", "ok\nkill-server"), ("session_name", "x#(touch y)"),
-    ("session_name", "a:b"), ("agent_profile", "developer\n"), ("model", "m\n"), ("provider", "mock_cli\n"),
-])
+@pytest.mark.parametrize(
+    "field,value",
+    [
+        ("session_name", "leak\n"),
+        ("session_name", "ok\nkill-server"),
+        ("session_name", "x#(touch y)"),
+        ("session_name", "a:b"),
+        ("agent_profile", "developer\n"),
+        ("model", "m\n"),
+        ("provider", "mock_cli\n"),
+    ],
+)
 def test_names_must_match_whole_and_nothing_is_left_behind(cao: CaoServer, field: str, value: str):
     params = {"agent_profile": "developer", "provider": "mock_cli", field: value}
     before = cao.tmux("list-windows", "-a", "-F", "#{window_id}").stdout.split()
@@ -79,20 +93,23 @@ def test_typing_into_an_exited_agent_is_refused_and_the_tmux_server_survives(cao
 
 # --- 6. a dead tmux server is seen at once ----------------------------------------------------------
 @pytest.mark.parametrize("source", ["control", "pipe-pane"])
-def test_a_killed_tmux_server_marks_its_agents_gone_and_new_sessions_work(cao_factory, tmp_path: Path,
-                                                                          source: str):
+def test_a_killed_tmux_server_marks_its_agents_gone_and_new_sessions_work(cao_factory, tmp_path: Path, source: str):
     record = tmp_path / "rec.jsonl"
     cao = cao_factory(CAO_MOCK_RECORD=str(record), CAO_OUTPUT_SOURCE=source).start()
     sender = cao.create_session()
     receiver = cao.create_session()
     cao.send(receiver["id"], "__mock_sleep_30")  # busy: the message below waits in its inbox
     cao.wait_status(receiver["id"], "processing")
-    msg = cao.client.post(f"/terminals/{receiver['id']}/inbox/messages",
-                          json={"sender_id": sender["id"], "message": "for later"}).json()
+    msg = cao.client.post(
+        f"/terminals/{receiver['id']}/inbox/messages", json={"sender_id": sender["id"], "message": "for later"}
+    ).json()
     os.kill(_tmux_pid(cao), signal.SIGKILL)
     for term in (sender, receiver):
-        gone = wait_until(lambda t=term: (d := cao.client.get(f"/terminals/{t['id']}").json())["gone"] and d,
-                          timeout=5, message="agent marked gone")
+        gone = wait_until(
+            lambda t=term: (d := cao.client.get(f"/terminals/{t['id']}").json())["gone"] and d,
+            timeout=5,
+            message="agent marked gone",
+        )
         assert gone["status"] == "error" and "tmux server" in gone["status_reason"]
     health = cao.client.get("/health").json()
     assert health["status"] == "degraded" and "tmux server" in health["reason"]
@@ -117,20 +134,24 @@ def test_a_killed_tmux_server_marks_its_agents_gone_and_new_sessions_work(cao_fa
 def test_no_launch_file_survives_a_failed_start(cao_factory, tmp_path: Path):
     """The file carrying the server's environment (OPENAI_API_KEY here) to a new pane is gone
     whichever way the start ends: refused by tmux, an agent that never gets ready, success."""
-    cao = cao_factory(OPENAI_API_KEY="sk-should-not-linger", CAO_PROVIDER_INIT_TIMEOUT="3",
-                      CAO_MOCK_STARTUP_MS="60000").start()
+    cao = cao_factory(
+        OPENAI_API_KEY="sk-should-not-linger", CAO_PROVIDER_INIT_TIMEOUT="3", CAO_MOCK_STARTUP_MS="60000"
+    ).start()
     tmp = cao.home / "tmp"
     slow = cao.client.post("/sessions", params={"agent_profile": "developer", "provider": "mock_cli"})
     assert slow.status_code == 504, slow.text
     assert list(tmp.glob("*.env")) == []
     # An assign-style deferred start whose agent never becomes ready.
-    deferred = cao.client.post("/sessions", params={"agent_profile": "developer", "provider": "mock_cli"},
-                               json={"initial_message": "go"})
+    deferred = cao.client.post(
+        "/sessions", params={"agent_profile": "developer", "provider": "mock_cli"}, json={"initial_message": "go"}
+    )
     assert deferred.status_code == 201
-    wait_until(lambda: list(tmp.glob("*.env")) == [] and cao.client.get("/terminals").json() == [],
-               timeout=15, message="deferred start cleaned up")
-    assert not any("sk-should-not-linger" in p.read_text(errors="ignore")
-                   for p in tmp.rglob("*") if p.is_file())
+    wait_until(
+        lambda: list(tmp.glob("*.env")) == [] and cao.client.get("/terminals").json() == [],
+        timeout=15,
+        message="deferred start cleaned up",
+    )
+    assert not any("sk-should-not-linger" in p.read_text(errors="ignore") for p in tmp.rglob("*") if p.is_file())
 
 
 def test_a_launch_file_left_by_a_crash_is_removed_at_start(cao: CaoServer):
@@ -149,8 +170,13 @@ def test_logs_scrollbacks_and_snapshots_are_private(cao: CaoServer):
     wait_until(log.exists, message="log written")
     assert cao.client.delete(f"/terminals/{term['id']}").status_code == 200
     logs = cao.home / "logs" / "terminal"
-    for path in (log, logs / f"{term['id']}.scrollback", logs / f"{term['id']}.snapshot.json",
-                 cao.home / "logs" / "server.log", cao.home / "db" / "cli-agent-orchestrator.db"):
+    for path in (
+        log,
+        logs / f"{term['id']}.scrollback",
+        logs / f"{term['id']}.snapshot.json",
+        cao.home / "logs" / "server.log",
+        cao.home / "db" / "cli-agent-orchestrator.db",
+    ):
         assert stat.S_IMODE(path.stat().st_mode) == 0o600, path
     for path in (cao.home, cao.home / "logs", logs, cao.home / "tmp"):
         assert stat.S_IMODE(path.stat().st_mode) == 0o700, path

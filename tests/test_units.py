@@ -1,5 +1,6 @@
 """Fast unit tests of pure pieces: the event bus, input neutralising, key names,
 profiles, settings."""
+
 from __future__ import annotations
 
 import asyncio
@@ -8,10 +9,10 @@ from pathlib import Path
 import pytest
 
 from cli_agent_orchestrator.bus import EventBus, topic_matches
+from cli_agent_orchestrator.errors import InvalidInput, NotFound
 from cli_agent_orchestrator.events import StatusChanged, TerminalOutput
 from cli_agent_orchestrator.models import TerminalStatus
 from cli_agent_orchestrator.profiles import load_profile, parse_profile
-from cli_agent_orchestrator.errors import InvalidInput, NotFound
 from cli_agent_orchestrator.services.input import neutralise, valid_key
 from cli_agent_orchestrator.settings import Settings
 
@@ -110,8 +111,12 @@ def test_bad_keys_are_refused(key):
 
 def test_profile_frontmatter_and_body():
     prof = parse_profile("---\nname: x\nprovider: mock_cli\nallowedTools: [fs_read]\n---\nBe brief.\n", "x", "t")
-    assert (prof.name, prof.provider, prof.allowed_tools, prof.system_prompt) == ("x", "mock_cli", ["fs_read"],
-                                                                                  "Be brief.")
+    assert (prof.name, prof.provider, prof.allowed_tools, prof.system_prompt) == (
+        "x",
+        "mock_cli",
+        ["fs_read"],
+        "Be brief.",
+    )
     with pytest.raises(InvalidInput):
         parse_profile("---\n: [\n---\nbody", "bad", "t")
 
@@ -142,8 +147,10 @@ def test_the_monitor_screen_survives_private_sgr_sequences():
     """Gemini CLI sends `CSI > 4 ; 2 m` (xterm modifyOtherKeys); plain pyte raises on it and
     drops the rest of the output it was fed, so a whole start-up screen went unseen."""
     import pyte
-    from cli_agent_orchestrator.services.status import _Screen
-    screen = _Screen(40, 3)
+
+    from cli_agent_orchestrator.services.status.screen import EmulatedScreen
+
+    screen = EmulatedScreen(40, 3)
     pyte.ByteStream(screen).feed(b"\x1b[>4;2mready \x1b[1mbold\x1b[0m")
     assert screen.display[0].rstrip() == "ready bold"
 
@@ -151,4 +158,5 @@ def test_the_monitor_screen_survives_private_sgr_sequences():
 @pytest.mark.parametrize("name", ["leak\n", "ok\n", "a:b", "x#y", "", "-lead", "x" * 65])
 def test_names_must_match_in_full(name):
     from cli_agent_orchestrator.models import SAFE_NAME_RE
+
     assert not SAFE_NAME_RE.match(name)

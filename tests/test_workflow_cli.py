@@ -1,5 +1,6 @@
 """`cao workflow ...` end to end: the CLI as a subprocess against one real cao-server
 (module-scoped), running scripts that drive the mock agent."""
+
 from __future__ import annotations
 
 import json
@@ -10,48 +11,47 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
-from typing import Callable
 
 import pytest
-
-from cli_agent_orchestrator.cli.commands.workflow_output import parse_sse
 from conftest import CaoServer, free_port
 
-VERBS = ("validate", "list", "get", "delete", "run", "status", "runs", "wait", "result", "events",
-         "resume", "cancel")
-OK_SCRIPT = '''from cao_workflow import run_step, step, emit_output
+from cli_agent_orchestrator.cli.commands.workflow_output import parse_sse
+
+VERBS = ("validate", "list", "get", "delete", "run", "status", "runs", "wait", "result", "events", "resume", "cancel")
+OK_SCRIPT = """from cao_workflow import run_step, step, emit_output
 h = run_step("mock_cli", "reviewer", "review part 1")
 emit_output({"out": h.output})
-'''
-INPUTS_SCRIPT = '''from cao_workflow import run_step, emit_output, get_inputs
+"""
+INPUTS_SCRIPT = """from cao_workflow import run_step, emit_output, get_inputs
 INPUTS = {"tag": {"type": "string"}, "n": {"type": "int", "default": 1}}
 emit_output({"inputs": get_inputs()})
-'''
-FAILING_SCRIPT = '''from cao_workflow import run_step
+"""
+FAILING_SCRIPT = """from cao_workflow import run_step
 run_step("mock_cli", "reviewer", "before the crash")
 raise SystemExit(3)
-'''
+"""
 # Fails on its first drive after a manual step; any resume gets past that point.
-MANUAL_SCRIPT = '''import os
+MANUAL_SCRIPT = """import os
 from cao_workflow import step, emit_output
 h = step("mock_cli", "reviewer", "x", recovery="manual")
 if not os.environ.get("CAO_WORKFLOW_RESUME"):
     raise SystemExit(3)
 emit_output({"out": h.output})
-'''
-SLOW_SCRIPT = '''from cao_workflow import run_step, emit_output
+"""
+SLOW_SCRIPT = """from cao_workflow import run_step, emit_output
 h = run_step("mock_cli", "reviewer", "__mock_sleep_{seconds}")
 emit_output({{"out": h.output}})
-'''
-YAML_SPEC = '''name: seqflow
+"""
+YAML_SPEC = """name: seqflow
 description: one review step
 steps:
   - id: a
     provider: mock_cli
     agent: reviewer
     prompt: hi
-'''
+"""
 
 
 @pytest.fixture(scope="module")
@@ -59,8 +59,13 @@ def server(tmp_path_factory):
     srv = CaoServer(tmp_path_factory.mktemp("wfcli") / "home").start()
     specs = srv.home / "workflows"
     specs.mkdir(exist_ok=True)
-    for name, text in [("ok", OK_SCRIPT), ("inputs", INPUTS_SCRIPT), ("failing", FAILING_SCRIPT),
-                       ("manual", MANUAL_SCRIPT), ("slow", SLOW_SCRIPT.format(seconds=3))]:
+    for name, text in [
+        ("ok", OK_SCRIPT),
+        ("inputs", INPUTS_SCRIPT),
+        ("failing", FAILING_SCRIPT),
+        ("manual", MANUAL_SCRIPT),
+        ("slow", SLOW_SCRIPT.format(seconds=3)),
+    ]:
         (specs / f"{name}.py").write_text(text, encoding="utf-8")
     (specs / "seqflow.yaml").write_text(YAML_SPEC, encoding="utf-8")
     try:
@@ -71,8 +76,14 @@ def server(tmp_path_factory):
 
 def cao(server: CaoServer, *args: str, stdin: str = "", timeout: float = 60, **env: str) -> subprocess.CompletedProcess:
     """`cao workflow ARGS` with stdin and stdout not a terminal."""
-    return subprocess.run([sys.executable, "-m", "cli_agent_orchestrator.cli.main", "workflow", *args],
-                          env={**server.env, **env}, input=stdin, capture_output=True, text=True, timeout=timeout)
+    return subprocess.run(
+        [sys.executable, "-m", "cli_agent_orchestrator.cli.main", "workflow", *args],
+        env={**server.env, **env},
+        input=stdin,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
 
 
 def ok(server: CaoServer, *args: str, **kwargs) -> str:
@@ -91,13 +102,23 @@ def submit(server: CaoServer, name: str) -> str:
     return json.loads(ok(server, "run", name, "--detach", "--json"))["run_id"]
 
 
-def on_tty(server: CaoServer, *args: str, when: bytes | None = None,
-           then: Callable[[subprocess.Popen], object] | None = None, timeout: float = 30) -> tuple[int, str]:
+def on_tty(
+    server: CaoServer,
+    *args: str,
+    when: bytes | None = None,
+    then: Callable[[subprocess.Popen], object] | None = None,
+    timeout: float = 30,
+) -> tuple[int, str]:
     """Run `cao workflow ARGS` with stdout on a pseudo-terminal; call then(process) once
     `when` shows up. Returns (exit code, everything shown)."""
     master, slave = pty.openpty()
-    proc = subprocess.Popen([sys.executable, "-m", "cli_agent_orchestrator.cli.main", "workflow", *args],
-                            env=server.env, stdin=subprocess.DEVNULL, stdout=slave, stderr=slave)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "cli_agent_orchestrator.cli.main", "workflow", *args],
+        env=server.env,
+        stdin=subprocess.DEVNULL,
+        stdout=slave,
+        stderr=slave,
+    )
     os.close(slave)
     seen, done = b"", False
     deadline = time.monotonic() + timeout
@@ -125,15 +146,29 @@ def on_tty(server: CaoServer, *args: str, when: bytes | None = None,
 
 
 def test_help_lists_all_twelve_verbs():
-    out = subprocess.run([sys.executable, "-m", "cli_agent_orchestrator.cli.main", "workflow", "--help"],
-                         capture_output=True, text=True, check=True).stdout
+    out = subprocess.run(
+        [sys.executable, "-m", "cli_agent_orchestrator.cli.main", "workflow", "--help"],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
     listed = out.split("Commands:")[1].split()
     assert all(verb in listed for verb in VERBS)
 
 
 def test_parse_sse_frames():
-    lines = [": keepalive", "", "event: step.started", "id: 7", 'data: {"seq": 7,', 'data: "x": 1}', "",
-             "event: run_absent", "data: {}", ""]
+    lines = [
+        ": keepalive",
+        "",
+        "event: step.started",
+        "id: 7",
+        'data: {"seq": 7,',
+        'data: "x": 1}',
+        "",
+        "event: run_absent",
+        "data: {}",
+        "",
+    ]
     frames = list(parse_sse(iter(lines)))
     assert [(f.event, f.id) for f in frames] == [("step.started", "7"), ("run_absent", None)]
     assert json.loads(frames[0].data) == {"seq": 7, "x": 1}
@@ -183,7 +218,7 @@ def test_list_get_delete(server, tmp_path: Path):
 
     shown = ok(server, "get", "inputs")
     assert "Tier:" in shown and "script" in shown and str(server.home / "workflows" / "inputs.py") in shown
-    assert "tag: string, n: int = 1" in shown and shown.rstrip().endswith("emit_output({\"inputs\": get_inputs()})")
+    assert "tag: string, n: int = 1" in shown and shown.rstrip().endswith('emit_output({"inputs": get_inputs()})')
     spec = json.loads(ok(server, "get", "inputs", "--json"))
     assert spec["inputs"]["n"] == {"type": "int", "default": 1} and spec["findings"] == []
     assert "no workflow named 'nope'" in fails(server, "get", "nope").stderr
@@ -234,8 +269,9 @@ def test_run_follows_events_on_a_terminal(server):
 
 
 def test_ctrl_c_detaches_and_never_cancels(server):
-    code, seen = on_tty(server, "run", "slow", when=b"[terminal.created]",
-                        then=lambda proc: proc.send_signal(signal.SIGINT))
+    code, seen = on_tty(
+        server, "run", "slow", when=b"[terminal.created]", then=lambda proc: proc.send_signal(signal.SIGINT)
+    )
     assert code == 0, seen
     assert "detached; the run goes on: cao workflow status run-" in seen
     run_id = seen.split("cao workflow status ")[1].split()[0]
@@ -292,8 +328,10 @@ def test_events_batch_and_follow(server):
     assert ok(server, "events", run_id).splitlines() == batch  # follow of a finished run ends by itself
     rows = [json.loads(line) for line in ok(server, "events", run_id, "--no-follow", "--json").splitlines()]
     assert [r["type"] for r in rows][0] == "run.started" and all(r["run_id"] == run_id for r in rows)
-    later = [json.loads(line) for line in ok(server, "events", run_id, "--json", "--after-seq",
-                                             str(rows[1]["seq"])).splitlines()]
+    later = [
+        json.loads(line)
+        for line in ok(server, "events", run_id, "--json", "--after-seq", str(rows[1]["seq"])).splitlines()
+    ]
     assert later == rows[2:]
     assert "unknown run" in fails(server, "events", "run-nope", "--no-follow").stderr
     assert "unknown run" in fails(server, "events", "run-nope").stderr

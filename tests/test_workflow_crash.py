@@ -1,12 +1,12 @@
 """kill -9 at the moments that matter — of cao-server, of the script, of a worker's CLI —
 then check that the journal is consistent, `status` tells the truth, and resume does the
 right thing per step."""
+
 from __future__ import annotations
 
 import signal
 
 import pytest
-
 from conftest import CaoServer, wait_until
 from workflow_support import Workflows, processes_with_env, step_counts
 
@@ -28,19 +28,26 @@ def restart(wf: Workflows) -> None:
 
 
 def no_script_left(run_id: str) -> None:
-    wait_until(lambda: not [p for p in processes_with_env("CAO_WORKFLOW_RUN_ID", run_id)
-                            if "CAO_TERMINAL_ID" not in p.environ()],
-               15, message="the orphan script ended")
+    wait_until(
+        lambda: (
+            not [p for p in processes_with_env("CAO_WORKFLOW_RUN_ID", run_id) if "CAO_TERMINAL_ID" not in p.environ()]
+        ),
+        15,
+        message="the orphan script ended",
+    )
 
 
 def test_server_killed_mid_step_then_resume_per_policy(wf):
-    name = wf.write("three_steps.py", f"""
+    name = wf.write(
+        "three_steps.py",
+        f"""
         from cao_workflow import run_step, step, emit_output
         a = run_step("mock_cli", "reviewer", "fast first")
         b = step("mock_cli", "reviewer", "{SLOW}", recovery="idempotent", step_id="b")
         c = run_step("mock_cli", "reviewer", "{SLOW} ", step_id="c")
         emit_output([a.replayed, b.replayed, c.replayed])
-    """)
+    """,
+    )
     run_id = wf.submit(name)
     b_terminal = wf.wait_step_terminal(run_id, "b")
     restart(wf)  # kill -9 while b runs
@@ -53,8 +60,11 @@ def test_server_killed_mid_step_then_resume_per_policy(wf):
     assert any("cao workflow resume" in w for w in wf.result(run_id)["warnings"])
     assert "run.interrupted" in [e["type"] for e in wf.events(run_id)]
     no_script_left(run_id)
-    wait_until(lambda: wf.client.get(f"/terminals/{b_terminal}").status_code == 404, 15,
-               message="the unsettled step's terminal removed")
+    wait_until(
+        lambda: wf.client.get(f"/terminals/{b_terminal}").status_code == 404,
+        15,
+        message="the unsettled step's terminal removed",
+    )
 
     # Resume: call-1 replays, b (idempotent) runs again, c is new; kill -9 while c runs.
     assert wf.client.post(f"/workflows/runs/{run_id}/resume", json={"wait": False}).status_code == 202
@@ -71,10 +81,17 @@ def test_server_killed_mid_step_then_resume_per_policy(wf):
     assert {s["id"]: s["attempts"] for s in halted["steps"]} == {"call-1": 1, "b": 2, "c": 1}
 
     # A rerun decision authorises one attempt; that attempt crashes too...
-    assert wf.client.post(f"/workflows/runs/{run_id}/resume",
-                          json={"decisions": {"c": "rerun"}, "wait": False}).status_code == 202
-    wait_until(lambda: wf.step(run_id, "c")["attempts"] == 2 and wf.step(run_id, "c")["terminal_id"], 20,
-               message="c re-dispatched")
+    assert (
+        wf.client.post(
+            f"/workflows/runs/{run_id}/resume", json={"decisions": {"c": "rerun"}, "wait": False}
+        ).status_code
+        == 202
+    )
+    wait_until(
+        lambda: wf.step(run_id, "c")["attempts"] == 2 and wf.step(run_id, "c")["terminal_id"],
+        20,
+        message="c re-dispatched",
+    )
     restart(wf)
     # ... so the next resume asks again rather than re-running on the old consent.
     again = wf.resume_ok(run_id)
@@ -89,11 +106,14 @@ def test_server_killed_mid_step_then_resume_per_policy(wf):
 
 
 def test_script_killed_mid_step_the_step_still_settles_and_replays(wf):
-    name = wf.write("killed_script.py", f"""
+    name = wf.write(
+        "killed_script.py",
+        f"""
         from cao_workflow import run_step, emit_output
         h = run_step("mock_cli", "reviewer", "{SLOW}")
         emit_output({{"out": h.output, "replayed": h.replayed}})
-    """)
+    """,
+    )
     run_id = wf.submit(name)
     wf.wait_step_terminal(run_id, "call-1")
     scripts = [p for p in processes_with_env("CAO_WORKFLOW_RUN_ID", run_id) if "CAO_TERMINAL_ID" not in p.environ()]
@@ -111,11 +131,14 @@ def test_script_killed_mid_step_the_step_still_settles_and_replays(wf):
 
 
 def test_worker_cli_killed_mid_step(wf):
-    name = wf.write("killed_worker.py", f"""
+    name = wf.write(
+        "killed_worker.py",
+        f"""
         from cao_workflow import run_step, step, emit_output
         a = run_step("mock_cli", "reviewer", "{SLOW}", step_id="plain")
         emit_output(a.output)
-    """)
+    """,
+    )
     run_id = wf.submit(name)
     terminal_id = wf.wait_step_terminal(run_id, "plain")
     agents = processes_with_env("CAO_TERMINAL_ID", terminal_id)
@@ -135,27 +158,49 @@ def test_worker_cli_killed_mid_step(wf):
 
 
 def test_server_killed_after_completion_and_during_start(wf):
-    name = wf.write("quick.py", """
+    name = wf.write(
+        "quick.py",
+        """
         from cao_workflow import run_step, emit_output
         emit_output(run_step("mock_cli", "reviewer", "hello").output)
-    """)
+    """,
+    )
     done = wf.run_ok(name)
     restart(wf)
     after = wf.result(done["run_id"])
     assert after["state"] == "completed" and after["output"] == "MOCK: hello"
     assert after["steps"] == done["steps"]
-    # Killed right after the submit answered: the run is journaled, then interrupted.
-    run_id = wf.submit(name)
+
+    # Killed during start: the run is journaled and its script runs, but no step has begun.
+    # The first drive holds before its step (a resume sets CAO_WORKFLOW_RESUME=1), so the
+    # kill lands there every time rather than wherever the race put it.
+    held = wf.write(
+        "held_at_start.py",
+        """
+        import os
+        import signal
+        from cao_workflow import run_step, emit_output
+        if os.environ.get("CAO_WORKFLOW_RESUME") != "1":
+            signal.pause()  # the first drive never gets further
+        emit_output(run_step("mock_cli", "reviewer", "hello").output)
+    """,
+    )
+    run_id = wf.submit(held)
+    wait_until(
+        lambda: [p for p in processes_with_env("CAO_WORKFLOW_RUN_ID", run_id) if "CAO_TERMINAL_ID" not in p.environ()],
+        15,
+        message="the script started",
+    )
     restart(wf)
     status = wf.status(run_id)
-    if status["state"] == "failed":
-        assert status["kind"] == "interrupted"
-        resumed = wf.resume_ok(run_id)
-        assert resumed["state"] in ("completed", "failed")
-        if resumed["state"] == "failed":  # the step was in flight: undeclared → halt
-            assert resumed["halts"][0]["rule"] == "interrupted_no_policy"
-    else:
-        assert status["state"] == "completed"
+    assert (status["state"], status["kind"], status["steps"]) == ("failed", "interrupted", [])
+    no_script_left(run_id)
+    # Nothing had run, so nothing replays or halts: the resume runs the step for the first time.
+    resumed = wf.resume_ok(run_id)
+    assert resumed["state"] == "completed" and resumed["output"] == "MOCK: hello", resumed
+    assert [(s["id"], s["attempts"]) for s in resumed["steps"]] == [("call-1", 1)]
+    assert resumed["halts"] == []
+    assert "step.replayed" not in [e["type"] for e in wf.events(run_id)]
 
 
 def test_damaged_journal_halts_instead_of_guessing(wf):
@@ -163,7 +208,9 @@ def test_damaged_journal_halts_instead_of_guessing(wf):
     scheme: the gate halts (or re-runs only what is declared idempotent)."""
     import sqlite3
 
-    name = wf.write("integrity.py", """
+    name = wf.write(
+        "integrity.py",
+        """
         import json
         from cao_workflow import run_step, step, emit_output, ShimHTTPError
         seen = {}
@@ -180,14 +227,17 @@ def test_damaged_journal_halts_instead_of_guessing(wf):
                 seen[key] = detail.get("rule") or detail["kind"]
         print("CAO_WORKFLOW_OUTPUT:" + json.dumps(seen))
         raise SystemExit(1)
-    """)
+    """,
+    )
     run_id = wf.run_ok(name)["run_id"]
     wf.server.stop()
     db = sqlite3.connect(wf.server.home / "db" / "cli-agent-orchestrator.db")
     with db:
         db.execute("UPDATE workflow_steps SET envelope = NULL WHERE step_id = 'absent'")
-        db.execute("UPDATE workflow_steps SET envelope = json_set(envelope, '$.truncated', json('true')) "
-                   "WHERE step_id = 'lossy'")
+        db.execute(
+            "UPDATE workflow_steps SET envelope = json_set(envelope, '$.truncated', json('true')) "
+            "WHERE step_id = 'lossy'"
+        )
         db.execute("UPDATE workflow_steps SET fingerprint_scheme = 'v0' WHERE step_id IN ('old', 'old-idem')")
     db.close()
     wf.server.start()
@@ -208,11 +258,14 @@ def test_script_over_its_time_limit_is_stopped(tmp_path):
     server = CaoServer(tmp_path / "short", {"CAO_WORKFLOW_SCRIPT_TIMEOUT": "2"}).start()
     try:
         wf = Workflows(server)
-        name = wf.write("sleeper.py", """
+        name = wf.write(
+            "sleeper.py",
+            """
             import signal
             signal.signal(signal.SIGTERM, signal.SIG_IGN)  # ignores the polite stop: SIGKILL follows
             signal.pause()
-        """)
+        """,
+        )
         result = wf.run_ok(name)
         assert result["state"] == "failed" and result["kind"] == "timeout"
         assert any("longer than 2s" in w for w in result["warnings"])

@@ -11,6 +11,7 @@ replayed from the journal (attempts stay 1, one `step.replayed` event per key in
 generation, nothing started) and the run must fail again the same way. For the fan-out
 example this proves that explicit step ids replay correctly under threads.
 """
+
 from __future__ import annotations
 
 import ast
@@ -18,11 +19,11 @@ import shutil
 from pathlib import Path
 
 import pytest
+from conftest import REPO, CaoServer
 
 from cli_agent_orchestrator.workflows import yaml_spec
 from cli_agent_orchestrator.workflows.inputs import read_inputs_declaration
 from cli_agent_orchestrator.workflows.lint import lint_script
-from conftest import REPO, CaoServer
 
 EXAMPLES = REPO / "docs" / "examples"
 SCRIPTS = ("loop_example", "conditional_example", "fanout_example", "loop_raw_http_example")
@@ -53,8 +54,9 @@ def install(server: CaoServer, filename: str) -> None:
 
 
 def run(server: CaoServer, name: str, inputs: dict | None = None) -> dict:
-    resp = server.client.post("/workflows/runs", json={"name_or_path": name, "inputs": inputs or {}},
-                              timeout=RUN_TIMEOUT)
+    resp = server.client.post(
+        "/workflows/runs", json={"name_or_path": name, "inputs": inputs or {}}, timeout=RUN_TIMEOUT
+    )
     assert resp.status_code == 200, resp.text
     return resp.json()
 
@@ -86,9 +88,12 @@ def test_loop_example(server):
     steps = assert_completed(result, ["call-1", "call-2", "call-3"])
     for n, prompt in enumerate(LOOP_PROMPTS, start=1):
         assert steps[f"call-{n}"]["output"] == f"MOCK: {prompt}"
-    assert result["output"] == {"reviews": [
-        {"item": item, "step_id": f"call-{n}", "review": f"MOCK: {prompt}"}
-        for n, (item, prompt) in enumerate(zip(("parser.py", "lexer.py", "emitter.py"), LOOP_PROMPTS), 1)]}
+    assert result["output"] == {
+        "reviews": [
+            {"item": item, "step_id": f"call-{n}", "review": f"MOCK: {prompt}"}
+            for n, (item, prompt) in enumerate(zip(("parser.py", "lexer.py", "emitter.py"), LOOP_PROMPTS), 1)
+        ]
+    }
     # the counter keys follow call order in a sequential loop
     started = [e["step_id"] for e in events(server, result["run_id"]) if e["type"] == "step.started"]
     assert started == ["call-1", "call-2", "call-3"]
@@ -100,10 +105,14 @@ def test_conditional_example_takes_urgent_branch_by_default(server):
     steps = assert_completed(result, ["triage", "urgent-branch"])
     ticket = "urgent: production login fails for every user"
     assert steps["triage"]["output"] == (
-        f"MOCK: Triage this ticket and name its priority in one word. Ticket: {ticket}")
+        f"MOCK: Triage this ticket and name its priority in one word. Ticket: {ticket}"
+    )
     assert steps["urgent-branch"]["output"] == f"MOCK: Draft an incident plan for: {ticket}"
-    assert result["output"] == {"branch": "urgent", "triage": steps["triage"]["output"],
-                                "follow_up": steps["urgent-branch"]["output"]}
+    assert result["output"] == {
+        "branch": "urgent",
+        "triage": steps["triage"]["output"],
+        "follow_up": steps["urgent-branch"]["output"],
+    }
 
 
 def test_conditional_example_takes_routine_branch_for_a_routine_ticket(server):

@@ -1,28 +1,55 @@
 """The resume gate as a pure function: every rule, its order, and the decisions."""
+
 from __future__ import annotations
 
 import pytest
 
 from cli_agent_orchestrator.workflows import gate
+from cli_agent_orchestrator.workflows.records import StepErrorKind, StepRecord, StepState
 
-FP = gate.fingerprint(gate.execution_fields(provider="mock_cli", agent="reviewer", prompt="p", model=None,
-                                            allowed_tools=None, working_directory=None))
+FP = gate.fingerprint(
+    gate.execution_fields(
+        provider="mock_cli", agent="reviewer", prompt="p", model=None, allowed_tools=None, working_directory=None
+    )
+)
 OK_ENVELOPE = {"last_message": "MOCK: p", "status": "completed", "terminal_id": "abcd1234", "truncated": False}
 FAILED_ENVELOPE = {"last_message": "", "status": "failed", "terminal_id": None, "truncated": False}
 
 
-def record(state="completed", fingerprint=FP, scheme=gate.FINGERPRINT_SCHEME, policy=None,
-           envelope=OK_ENVELOPE, error_kind=None) -> gate.StepRecord:
-    return gate.StepRecord(state, fingerprint, scheme, policy, envelope, error_kind)
+def record(
+    state="completed",
+    fingerprint=FP,
+    scheme=gate.FINGERPRINT_SCHEME,
+    policy=None,
+    envelope=OK_ENVELOPE,
+    error_kind=None,
+) -> StepRecord:
+    return StepRecord(
+        "run-1",
+        "call-1",
+        StepState(state),
+        fingerprint=fingerprint,
+        fingerprint_scheme=scheme,
+        policy=policy,
+        envelope=envelope,
+        error_kind=StepErrorKind(error_kind) if error_kind else None,
+    )
 
 
 def test_fingerprint_covers_what_runs_but_not_the_timeout():
-    base = dict(provider="mock_cli", agent="reviewer", prompt="p", model=None, allowed_tools=["b", "a"],
-                working_directory=None)
+    base = dict(
+        provider="mock_cli", agent="reviewer", prompt="p", model=None, allowed_tools=["b", "a"], working_directory=None
+    )
     same = gate.fingerprint(gate.execution_fields(**{**base, "allowed_tools": ["a", "b"]}))
     assert gate.fingerprint(gate.execution_fields(**base)) == same
-    for field, value in (("provider", "codex"), ("agent", "developer"), ("prompt", "q"), ("model", "m"),
-                         ("allowed_tools", ["a"]), ("working_directory", "/w")):
+    for field, value in (
+        ("provider", "codex"),
+        ("agent", "developer"),
+        ("prompt", "q"),
+        ("model", "m"),
+        ("allowed_tools", ["a"]),
+        ("working_directory", "/w"),
+    ):
         assert gate.fingerprint(gate.execution_fields(**{**base, field: value})) != same, field
     assert "timeout" not in gate.execution_fields(**base)
 
@@ -44,16 +71,19 @@ def test_changed_call_diverges_before_anything_else():
         assert (verdict.outcome, verdict.rule) == ("diverged", gate.DIVERGED)
 
 
-@pytest.mark.parametrize("recorded,current,outcome,rule", [
-    ("idempotent", "idempotent", "execute", None),
-    ("reconcile", "reconcile", "execute", None),
-    (None, None, "halt", gate.INTERRUPTED_NO_POLICY),
-    ("manual", "manual", "halt", gate.INTERRUPTED_NO_POLICY),
-    # Both claims must permit it: the one the work ran under and the one made now.
-    ("idempotent", None, "halt", gate.INTERRUPTED_NO_POLICY),
-    (None, "idempotent", "halt", gate.INTERRUPTED_NO_POLICY),
-    ("manual", "idempotent", "halt", gate.INTERRUPTED_NO_POLICY),
-])
+@pytest.mark.parametrize(
+    "recorded,current,outcome,rule",
+    [
+        ("idempotent", "idempotent", "execute", None),
+        ("reconcile", "reconcile", "execute", None),
+        (None, None, "halt", gate.INTERRUPTED_NO_POLICY),
+        ("manual", "manual", "halt", gate.INTERRUPTED_NO_POLICY),
+        # Both claims must permit it: the one the work ran under and the one made now.
+        ("idempotent", None, "halt", gate.INTERRUPTED_NO_POLICY),
+        (None, "idempotent", "halt", gate.INTERRUPTED_NO_POLICY),
+        ("manual", "idempotent", "halt", gate.INTERRUPTED_NO_POLICY),
+    ],
+)
 def test_interrupted_step(recorded, current, outcome, rule):
     verdict = gate.decide(record(state="running", policy=recorded, envelope=None), FP, current, None)
     assert (verdict.outcome, verdict.rule) == (outcome, rule)
@@ -67,8 +97,11 @@ def test_cancelled_attempt_counts_as_interrupted():
 
 
 def test_rerun_decision_executes_once_and_says_so():
-    for rec in (record(state="running", envelope=None), record(policy="manual"),
-                record(state="failed", envelope=FAILED_ENVELOPE)):
+    for rec in (
+        record(state="running", envelope=None),
+        record(policy="manual"),
+        record(state="failed", envelope=FAILED_ENVELOPE),
+    ):
         verdict = gate.decide(rec, FP, "manual", "rerun")
         assert (verdict.outcome, verdict.consumes) == ("execute", "rerun")
 
@@ -106,15 +139,17 @@ def test_truncated_envelope():
 def test_other_fingerprint_scheme():
     old = record(scheme="v0")
     assert gate.decide(old, FP, None, None).rule == gate.PROVENANCE_UNVERIFIABLE
-    assert gate.decide(record(scheme=None, fingerprint=None), FP, "manual", None).rule == \
-        gate.PROVENANCE_UNVERIFIABLE
+    assert gate.decide(record(scheme=None, fingerprint=None), FP, "manual", None).rule == gate.PROVENANCE_UNVERIFIABLE
     assert gate.decide(record(scheme="v0", policy="idempotent"), FP, "idempotent", None).outcome == "execute"
 
 
 def test_halt_reasons_never_carry_field_values():
     secret_prompt = "token=hunter2"
-    fp = gate.fingerprint(gate.execution_fields(provider="p", agent="a", prompt=secret_prompt, model=None,
-                                                allowed_tools=None, working_directory=None))
+    fp = gate.fingerprint(
+        gate.execution_fields(
+            provider="p", agent="a", prompt=secret_prompt, model=None, allowed_tools=None, working_directory=None
+        )
+    )
     for rec in (record(fingerprint=fp, policy="manual"), record(), record(state="running", envelope=None)):
         verdict = gate.decide(rec, fp if rec.fingerprint == fp else "x", "manual", None)
         assert "hunter2" not in verdict.reason

@@ -2,18 +2,18 @@
 driven by the official MCP client SDK, against a real cao-server running workflow
 scripts whose steps are mock agents in tmux.
 """
+
 from __future__ import annotations
 
 import shutil
-import time
 from typing import Any
 
 import httpx
 import pytest
-from mcp.client.session import ClientSession
-
 from conftest import CaoServer
-from mcp_support import call as call_tool, mcp_session
+from mcp.client.session import ClientSession
+from mcp_support import call as call_tool
+from mcp_support import mcp_session
 
 pytestmark = [pytest.mark.anyio, pytest.mark.skipif(shutil.which("tmux") is None, reason="tmux not installed")]
 
@@ -29,25 +29,26 @@ WORKFLOW_TOOLS = {
     "workflow_cancel": ({"run_id"}, {"run_id"}),
     "workflow_return": ({"output", "output_schema"}, {"output"}),
 }
-ONE_STEP = '''from cao_workflow import run_step, step, emit_output
+ONE_STEP = """from cao_workflow import run_step, step, emit_output
 h = run_step("mock_cli", "reviewer", "review part 1")
 emit_output({"out": h.output})
-'''
-SLOW_STEP = '''from cao_workflow import run_step, emit_output
+"""
+SLOW_STEP = """from cao_workflow import run_step, emit_output
 h = run_step("mock_cli", "reviewer", "__mock_sleep_1.5")
 emit_output({"out": h.output})
-'''
+"""
 # The first drive stops after its manual step; every resume drive gets past that point.
-MANUAL_STEP = '''import os
+MANUAL_STEP = """import os
 import sys
 from cao_workflow import step, emit_output
 h = step("mock_cli", "reviewer", "review part 1", recovery="manual")
 if not os.environ.get("CAO_WORKFLOW_RESUME"):
     sys.exit("first drive stops here")
 emit_output({"out": h.output})
-'''
-NOT_IN_STEP = ("workflow_return only works inside a workflow step "
-               "(CAO_WORKFLOW_RUN_ID / CAO_WORKFLOW_STEP_ID are not set)")
+"""
+NOT_IN_STEP = (
+    "workflow_return only works inside a workflow step (CAO_WORKFLOW_RUN_ID / CAO_WORKFLOW_STEP_ID are not set)"
+)
 
 
 @pytest.fixture
@@ -146,11 +147,15 @@ async def test_tools_and_finished_run_views(cao: CaoServer) -> None:
 async def test_start_then_follow_wait_and_result(cao: CaoServer) -> None:
     write_workflow(cao, "slow", SLOW_STEP)
     async with mcp_session(mcp_env(cao)) as session:
-        started_at = time.monotonic()
+        # workflow_start answers while the run goes on: `workflow_wait` with timeout 0 below still
+        # finds it running. (How fast it answers: bench/workflow_bench.py, "detached start".)
         started = await call(session, "workflow_start", name_or_path="slow", run_id="mcp-slow")
-        assert time.monotonic() - started_at < 5, "workflow_start must not wait for the run"
-        assert started == {"ok": True, "run_id": "mcp-slow", "state": "running",
-                           "status_url": f"{cao.url}/workflows/runs/mcp-slow"}
+        assert started == {
+            "ok": True,
+            "run_id": "mcp-slow",
+            "state": "running",
+            "status_url": f"{cao.url}/workflows/runs/mcp-slow",
+        }
         assert httpx.get(started["status_url"], trust_env=False).json()["run_id"] == "mcp-slow"
 
         early = await call(session, "workflow_wait", run_id="mcp-slow", timeout=0)
@@ -221,8 +226,7 @@ async def test_workflow_return_records_the_step_output(cao: CaoServer) -> None:
         schema = {"type": "object", "required": ["verdict", "summary"]}
         partial = await call(session, "workflow_return", output={"verdict": "bad"}, output_schema=schema)
         assert partial == {"ok": True, "validated": False, "errors": ["missing required key 'summary'"]}
-        full = await call(session, "workflow_return", output={"verdict": "fine", "summary": "s"},
-                          output_schema=schema)
+        full = await call(session, "workflow_return", output={"verdict": "fine", "summary": "s"}, output_schema=schema)
         assert full == {"ok": True, "validated": True, "errors": []}
         step = cao.client.get("/workflows/runs/mcp-ret").json()["steps"][0]
         assert step["output_json"] == {"verdict": "fine", "summary": "s"}

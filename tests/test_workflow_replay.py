@@ -5,13 +5,13 @@ results; the same journal with its script changed at one step key must diverge.
 This also pins the journal's storage format: a cao that can no longer read a recorded
 run fails here, not in a user's resume.
 """
+
 from __future__ import annotations
 
 import json
 from pathlib import Path
 
 import pytest
-
 from conftest import CaoServer
 from workflow_support import Workflows, import_journal, step_counts
 

@@ -1,12 +1,12 @@
 """Workflow runs against a real cao-server and mock agents: the journal, every resume
 outcome, decisions, the generation fence, cancel, and bad input."""
+
 from __future__ import annotations
 
 import json
 
 import httpx
 import pytest
-
 from conftest import CaoServer, wait_until
 from workflow_support import Workflows, processes_with_env, step_counts
 
@@ -28,16 +28,18 @@ FAIL_FIRST_DRIVE = """
 
 
 def test_run_journals_steps_and_output(wf):
-    name = wf.write("journal_basic.py", """
+    name = wf.write(
+        "journal_basic.py",
+        """
         from cao_workflow import run_step, step, emit_output
         a = run_step("mock_cli", "reviewer", "first")
         b = step("mock_cli", "reviewer", "second", recovery="idempotent", step_id="named")
         emit_output({"a": a.output, "b": b.output, "ids": [a.step_id, b.step_id], "replayed": a.replayed})
-    """)
+    """,
+    )
     result = wf.run_ok(name)
     assert result["state"] == "completed" and result["kind"] is None
-    assert result["output"] == {"a": "MOCK: first", "b": "MOCK: second", "ids": ["call-1", "named"],
-                                "replayed": False}
+    assert result["output"] == {"a": "MOCK: first", "b": "MOCK: second", "ids": ["call-1", "named"], "replayed": False}
     steps = {s["id"]: s for s in result["steps"]}
     assert list(steps) == ["call-1", "named"]
     assert steps["named"]["policy"] == "idempotent" and steps["call-1"]["policy"] is None
@@ -48,17 +50,20 @@ def test_run_journals_steps_and_output(wf):
     # The output is journaled: the async result route has it too.
     assert wf.result(result["run_id"])["output"]["a"] == "MOCK: first"
     # Worker terminals were torn down.
-    assert all(t["id"] not in {s["terminal_id"] for s in steps.values()}
-               for t in wf.client.get("/terminals").json())
+    assert all(t["id"] not in {s["terminal_id"] for s in steps.values()} for t in wf.client.get("/terminals").json())
 
 
 def test_resume_replays_settled_steps_and_runs_nothing(wf):
-    name = wf.write("replay_all.py", """
+    name = wf.write(
+        "replay_all.py",
+        """
         from cao_workflow import run_step, emit_output
         hs = [run_step("mock_cli", "reviewer", f"item {i}") for i in range(3)]
         emit_output({"replayed": [h.replayed for h in hs], "outputs": [h.output for h in hs],
                      "terminals": [h.terminal_id for h in hs]})
-    """ + FAIL_FIRST_DRIVE)
+    """
+        + FAIL_FIRST_DRIVE,
+    )
     first = wf.run_ok(name)
     assert first["state"] == "failed" and first["kind"] == "error"
     assert any("exited with code 1" in w for w in first["warnings"])
@@ -77,11 +82,15 @@ def test_resume_replays_settled_steps_and_runs_nothing(wf):
 
 
 def test_manual_step_halts_on_every_resume_and_skip_is_single_use(wf):
-    name = wf.write("manual_halt.py", """
+    name = wf.write(
+        "manual_halt.py",
+        """
         from cao_workflow import step, emit_output
         h = step("mock_cli", "reviewer", "charge the card", recovery="manual")
         emit_output({"out": h.output, "replayed": h.replayed})
-    """ + FAIL_FIRST_DRIVE)
+    """
+        + FAIL_FIRST_DRIVE,
+    )
     run_id = wf.run_ok(name)["run_id"]
     halted = wf.resume_ok(run_id)
     assert halted["state"] == "failed" and halted["kind"] == "halted"
@@ -99,14 +108,17 @@ def test_manual_step_halts_on_every_resume_and_skip_is_single_use(wf):
 
 
 def test_decision_lasts_one_drive(wf):
-    name = wf.write("manual_twice.py", """
+    name = wf.write(
+        "manual_twice.py",
+        """
         import os
         from cao_workflow import step, emit_output
         h = step("mock_cli", "reviewer", "deploy", recovery="manual")
         if os.environ.get("CAO_WORKFLOW_RESUME") != "1" or h.replayed:
             raise SystemExit(1)  # fail the first drive and any drive that only replayed
         emit_output(h.output)
-    """)
+    """,
+    )
     run_id = wf.run_ok(name)["run_id"]
     assert wf.resume_ok(run_id)["kind"] == "halted"
     skipped = wf.resume_ok(run_id, {"call-1": "skip"})
@@ -119,7 +131,9 @@ def test_decision_lasts_one_drive(wf):
 
 
 def test_failed_step_halts_unless_declared_idempotent(wf):
-    name = wf.write("failing_steps.py", """
+    name = wf.write(
+        "failing_steps.py",
+        """
         import os
         from cao_workflow import run_step, step, emit_output, ShimHTTPError
         prompt = "__mock_error__"
@@ -134,7 +148,8 @@ def test_failed_step_halts_unless_declared_idempotent(wf):
                     raise
                 out[key] = exc.status
         emit_output(out)
-    """)
+    """,
+    )
     first = wf.run_ok(name)
     assert first["state"] == "completed" and first["output"] == {"undeclared": 502, "idem": 502}
     steps = {s["id"]: s for s in first["steps"]}
@@ -145,7 +160,9 @@ def test_failed_step_halts_unless_declared_idempotent(wf):
 
 
 def test_failed_outcome_gate_on_resume(wf):
-    name = wf.write("failed_outcome.py", """
+    name = wf.write(
+        "failed_outcome.py",
+        """
         import os
         from cao_workflow import run_step, step, ShimHTTPError
         for sid, policy in (("idem", "idempotent"), ("plain", None)):
@@ -158,13 +175,17 @@ def test_failed_outcome_gate_on_resume(wf):
                 if exc.status == 409:
                     raise
         raise SystemExit(1)
-    """)
+    """,
+    )
     run_id = wf.run_ok(name)["run_id"]
     resumed = wf.resume_ok(run_id)
     steps = {s["id"]: s for s in resumed["steps"]}
     assert steps["idem"]["attempts"] == 2  # re-executed on the author's word
     assert resumed["kind"] == "halted" and resumed["halts"][0] == {
-        "step_id": "plain", "rule": "outcome_failed", "message": resumed["halts"][0]["message"]}
+        "step_id": "plain",
+        "rule": "outcome_failed",
+        "message": resumed["halts"][0]["message"],
+    }
     assert steps["plain"]["attempts"] == 1
     skipped = wf.resume_ok(run_id, {"plain": "skip"})
     steps = {s["id"]: s for s in skipped["steps"]}
@@ -172,13 +193,16 @@ def test_failed_outcome_gate_on_resume(wf):
 
 
 def test_changed_call_diverges_and_is_recorded(wf):
-    name = wf.write("diverge.py", """
+    name = wf.write(
+        "diverge.py",
+        """
         import os
         from cao_workflow import run_step
         resumed = os.environ.get("CAO_WORKFLOW_RESUME") == "1"
         run_step("mock_cli", "reviewer", "version two" if resumed else "version one")
         raise SystemExit(1)
-    """)
+    """,
+    )
     run_id = wf.run_ok(name)["run_id"]
     resumed = wf.resume_ok(run_id)
     assert resumed["state"] == "failed" and resumed["kind"] == "diverged"
@@ -191,16 +215,23 @@ def test_changed_call_diverges_and_is_recorded(wf):
 
 
 def test_decisions_are_validated_all_or_nothing(wf):
-    name = wf.write("decisions_check.py", """
+    name = wf.write(
+        "decisions_check.py",
+        """
         from cao_workflow import run_step, step
         run_step("mock_cli", "reviewer", "plain")
         step("mock_cli", "reviewer", "needs a human", recovery="manual", step_id="gate")
         raise SystemExit(1)
-    """)
+    """,
+    )
     run_id = wf.run_ok(name)["run_id"]
     assert wf.resume_ok(run_id)["halts"][0]["step_id"] == "gate"
-    cases = [({"nope": "rerun"}, 400, "no step"), ({"call-1": "rerun"}, 400, "did not halt"),
-             ({"gate": "skip", "call-1": "skip"}, 400, "did not halt"), ({"gate": "maybe"}, 422, "")]
+    cases = [
+        ({"nope": "rerun"}, 400, "no step"),
+        ({"call-1": "rerun"}, 400, "did not halt"),
+        ({"gate": "skip", "call-1": "skip"}, 400, "did not halt"),
+        ({"gate": "maybe"}, 422, ""),
+    ]
     for decisions, code, text in cases:
         resp = wf.resume(run_id, decisions)
         assert resp.status_code == code, (decisions, resp.text)
@@ -211,11 +242,14 @@ def test_decisions_are_validated_all_or_nothing(wf):
 
 
 def test_generation_fence_and_identity_checks(wf):
-    name = wf.write("fence.py", """
+    name = wf.write(
+        "fence.py",
+        """
         from cao_workflow import run_step
         run_step("mock_cli", "reviewer", "one")
         raise SystemExit(1)
-    """)
+    """,
+    )
     run_id = wf.run_ok(name)["run_id"]
     wf.resume_ok(run_id)  # generation 2 now, run failed again
 
@@ -232,8 +266,12 @@ def test_generation_fence_and_identity_checks(wf):
     unknown = call({**ident, "CAO_WORKFLOW_RUN_ID": "run-0000000000000000"})
     assert unknown.status_code == 404
     secret = "s3cr3t-value"
-    for env in ({**ident, "CAO_WORKFLOW_STEP_ID": "bad:key"}, {**ident, "EXTRA": secret},
-                {"CAO_WORKFLOW_RUN_ID": run_id}, {**ident, "CAO_WORKFLOW_GENERATION": secret}):
+    for env in (
+        {**ident, "CAO_WORKFLOW_STEP_ID": "bad:key"},
+        {**ident, "EXTRA": secret},
+        {"CAO_WORKFLOW_RUN_ID": run_id},
+        {**ident, "CAO_WORKFLOW_GENERATION": secret},
+    ):
         resp = call(env)
         assert resp.status_code == 422, resp.text
         assert secret not in resp.text
@@ -244,14 +282,17 @@ def test_generation_fence_and_identity_checks(wf):
 
 
 def test_duplicate_step_key_in_one_drive_is_refused(wf):
-    name = wf.write("dup_key.py", """
+    name = wf.write(
+        "dup_key.py",
+        """
         from cao_workflow import run_step, emit_output, ShimHTTPError
         run_step("mock_cli", "reviewer", "a", step_id="same")
         try:
             run_step("mock_cli", "reviewer", "b", step_id="same")
         except ShimHTTPError as exc:
             emit_output({"status": exc.status, "body": exc.body})
-    """)
+    """,
+    )
     result = wf.run_ok(name)
     assert result["output"]["status"] == 409
     assert json.loads(result["output"]["body"])["detail"]["kind"] == "duplicate_step_id"
@@ -259,19 +300,23 @@ def test_duplicate_step_key_in_one_drive_is_refused(wf):
 
 
 def test_cancel_stops_script_and_step_then_resume(wf):
-    name = wf.write("slow_cancel.py", """
+    name = wf.write(
+        "slow_cancel.py",
+        """
         from cao_workflow import step, emit_output
         h = step("mock_cli", "reviewer", "__mock_sleep_30", recovery="idempotent")
         emit_output(h.output)
-    """)
+    """,
+    )
     run_id = wf.submit(name)
     terminal_id = wf.wait_step_terminal(run_id, "call-1")
     resp = wf.client.post(f"/workflows/runs/{run_id}/cancel")
     assert resp.status_code == 200 and resp.json() == {"success": True, "run_id": run_id}
     result = wf.wait_done(run_id)
     assert result["state"] == "cancelled" and result["kind"] == "cancelled"
-    wait_until(lambda: wf.client.get(f"/terminals/{terminal_id}").status_code == 404, 15,
-               message="step terminal removed")
+    wait_until(
+        lambda: wf.client.get(f"/terminals/{terminal_id}").status_code == 404, 15, message="step terminal removed"
+    )
     step = wf.step(run_id, "call-1")
     assert step["state"] == "failed" and step["error_kind"] == "cancelled"
     again = wf.client.post(f"/workflows/runs/{run_id}/cancel")
@@ -289,55 +334,80 @@ def test_cancel_stops_script_and_step_then_resume(wf):
 
 
 def test_script_outcomes(wf):
-    crash = wf.write("crash.py", """
+    crash = wf.write(
+        "crash.py",
+        """
         import sys
         print("about to fail", file=sys.stderr)
         raise SystemExit(3)
-    """)
+    """,
+    )
     result = wf.run_ok(crash)
     assert result["state"] == "failed" and result["kind"] == "error"
     assert any("code 3" in w for w in result["warnings"]) and any("about to fail" in w for w in result["warnings"])
     silent = wf.write("silent.py", "print('no sentinel here')\n")
     result = wf.run_ok(silent)
     assert result["state"] == "completed" and result["output"] is None
-    bad = wf.write("bad_sentinel.py", """
+    bad = wf.write(
+        "bad_sentinel.py",
+        """
         print('CAO_WORKFLOW_OUTPUT:{"first": 1}')
         print('CAO_WORKFLOW_OUTPUT:{not json')
-    """)
+    """,
+    )
     result = wf.run_ok(bad)
     assert result["state"] == "completed" and result["output"] is None
     assert any("malformed sentinel" in w for w in result["warnings"])
-    last = wf.write("last_sentinel.py", """
+    last = wf.write(
+        "last_sentinel.py",
+        """
         from cao_workflow import emit_output
         emit_output(1)
         print("noise " * 50000)
         emit_output({"last": True})
-    """)
+    """,
+    )
     assert wf.run_ok(last)["output"] == {"last": True}
-    env = wf.write("env_probe.py", """
+    env = wf.write(
+        "env_probe.py",
+        """
         import os
         from cao_workflow import emit_output, get_inputs
         emit_output({"keys": sorted(os.environ), "inputs": get_inputs()})
-    """)
+    """,
+    )
     out = wf.run_ok(env)["output"]
-    allowed = {"CAO_WORKFLOW_RUN_ID", "CAO_WORKFLOW_GENERATION", "CAO_API_BASE_URL", "CAO_WORKFLOW_INPUTS",
-               "PATH", "HOME", "LC_CTYPE"}  # Python itself may add LC_CTYPE when coercing the C locale
+    allowed = {
+        "CAO_WORKFLOW_RUN_ID",
+        "CAO_WORKFLOW_GENERATION",
+        "CAO_API_BASE_URL",
+        "CAO_WORKFLOW_INPUTS",
+        "PATH",
+        "HOME",
+        "LC_CTYPE",
+    }  # Python itself may add LC_CTYPE when coercing the C locale
     assert {"CAO_WORKFLOW_RUN_ID", "CAO_WORKFLOW_GENERATION", "CAO_API_BASE_URL"} <= set(out["keys"])
     assert set(out["keys"]) <= allowed and "CAO_HOME_DIR" not in out["keys"]
     assert out["inputs"] == {}
 
 
 def test_inputs_are_validated_journaled_and_replayed(wf):
-    name = wf.write("with_inputs.py", """
+    name = wf.write(
+        "with_inputs.py",
+        """
         from cao_workflow import emit_output, get_inputs
         INPUTS = {"tag": {"type": "string", "required": True}, "n": {"type": "int", "default": 2},
                   "flag": {"type": "bool"}}
         emit_output(get_inputs())
-    """)
+    """,
+    )
     assert wf.run_ok(name, {"tag": "x"})["output"] == {"tag": "x", "n": 2}
-    for inputs, text in (({}, "missing required input 'tag'"), ({"tag": 1}, "must be of type string"),
-                         ({"tag": "x", "zzz": 1}, "unknown input 'zzz'"),
-                         ({"tag": "x" * 40000}, "exceed 32768 bytes")):
+    for inputs, text in (
+        ({}, "missing required input 'tag'"),
+        ({"tag": 1}, "must be of type string"),
+        ({"tag": "x", "zzz": 1}, "unknown input 'zzz'"),
+        ({"tag": "x" * 40000}, "exceed 32768 bytes"),
+    ):
         resp = wf.run(name, inputs)
         assert resp.status_code == 400 and text in resp.json()["detail"], resp.text
     result = wf.run_ok(name, {"tag": "y", "flag": True})
@@ -347,11 +417,14 @@ def test_inputs_are_validated_journaled_and_replayed(wf):
 def test_bad_workflow_requests(wf):
     wf.write("twin.py", "print(1)\n")
     wf.write("twin.yaml", "name: twin\nsteps:\n  - {id: a, agent: reviewer, prompt: hi}\n")
-    wf.write("lint_fail.py", """
+    wf.write(
+        "lint_fail.py",
+        """
         from cao_workflow import step
         import cli_agent_orchestrator
         step("mock_cli", "reviewer", "x")
-    """)
+    """,
+    )
     (wf.dir / "latin1.py").write_bytes(b"# \xe9\xff\n")
     wf.write("silent.py", "print('no sentinel here')\n")
     runs_before = len(wf.client.get("/workflows/runs", params={"limit": 500}).json())
@@ -376,23 +449,29 @@ def test_bad_workflow_requests(wf):
     dup = wf.client.post("/workflows/runs", json={"name_or_path": "silent", "run_id": "fixed-id"})
     assert dup.status_code == 409
     # Unknown run ids everywhere.
-    for method, path in (("get", "/workflows/runs/run-ffffffffffffffff"),
-                         ("get", "/workflows/runs/run-ffffffffffffffff/result"),
-                         ("post", "/workflows/runs/run-ffffffffffffffff/cancel"),
-                         ("post", "/workflows/runs/run-ffffffffffffffff/resume")):
+    for method, path in (
+        ("get", "/workflows/runs/run-ffffffffffffffff"),
+        ("get", "/workflows/runs/run-ffffffffffffffff/result"),
+        ("post", "/workflows/runs/run-ffffffffffffffff/cancel"),
+        ("post", "/workflows/runs/run-ffffffffffffffff/resume"),
+    ):
         assert getattr(wf.client, method)(path).status_code == 404, path
     assert wf.client.get("/workflows/runs", params={"state": "weird"}).status_code == 400
-    assert wf.client.post("/workflows/runs", content=b"\xff\x00garbage",
-                          headers={"content-type": "application/json"}).status_code in (400, 422)
+    assert wf.client.post(
+        "/workflows/runs", content=b"\xff\x00garbage", headers={"content-type": "application/json"}
+    ).status_code in (400, 422)
     # Only the one good run was journaled.
     assert len(wf.client.get("/workflows/runs", params={"limit": 500}).json()) == runs_before + 1
 
 
 def test_submit_links_events_stream_and_delete(wf):
-    name = wf.write("streamed.py", """
+    name = wf.write(
+        "streamed.py",
+        """
         from cao_workflow import run_step, emit_output
         emit_output(run_step("mock_cli", "reviewer", "__mock_sleep_1").output)
-    """)
+    """,
+    )
     resp = wf.client.post("/workflows/runs:submit", json={"name_or_path": name})
     assert resp.status_code == 202
     body = resp.json()
@@ -402,8 +481,9 @@ def test_submit_links_events_stream_and_delete(wf):
     assert wf.client.get(body["links"]["status"]).json()["state"] in ("running", "completed")
     assert wf.client.delete(f"/workflows/runs/{run_id}").status_code == 409
     seen = []
-    with httpx.stream("GET", f"{wf.server.url}/workflows/runs/{run_id}/events",
-                      headers={"Accept": "text/event-stream"}, timeout=60) as stream:
+    with httpx.stream(
+        "GET", f"{wf.server.url}/workflows/runs/{run_id}/events", headers={"Accept": "text/event-stream"}, timeout=60
+    ) as stream:
         for line in stream.iter_lines():
             if line.startswith("event: "):
                 seen.append(line[7:])
@@ -428,13 +508,16 @@ def test_same_stem_script_and_yaml_is_a_collision(wf):
 
 
 def test_script_that_leaves_a_child_holding_its_pipes_still_finishes(wf):
-    name = wf.write("lingering_child.py", """
+    name = wf.write(
+        "lingering_child.py",
+        """
         import subprocess, sys
         from cao_workflow import emit_output
         # A grandchild inherits stdout/stderr and outlives the script.
         subprocess.Popen([sys.executable, "-c", "import signal; signal.pause()"])
         emit_output("done")
-    """)
+    """,
+    )
     result = wf.run_ok(name)
     assert result["state"] == "completed" and result["output"] == "done"
     # The grandchild (same process group) was ended with the drive.
@@ -449,22 +532,30 @@ def test_runs_list_newest_first_within_one_second(wf):
 
 
 def test_compare_and_diagnostics(wf):
-    name = wf.write("comparable.py", """
+    name = wf.write(
+        "comparable.py",
+        """
         import os
         from cao_workflow import run_step, emit_output, get_inputs
         INPUTS = {"topic": {"type": "string"}, "api_token": {"type": "string", "default": "t0ps3cret"}}
         a = run_step("mock_cli", "reviewer", "shared step")
         b = run_step("mock_cli", "reviewer", "about " + get_inputs()["topic"], step_id="topic-" + get_inputs()["topic"])
         emit_output([a.output, b.output])
-    """)
+    """,
+    )
     one = wf.run_ok(name, {"topic": "x"})["run_id"]
     two = wf.run_ok(name, {"topic": "y"})["run_id"]
     report = wf.client.get(f"/workflows/runs/{one}/compare", params={"against": two}).json()
     assert report["baseline_run_id"] == one and report["compare_run_id"] == two and report["same_source"]
     assert [(r["step_id"], r["status"]) for r in report["steps"]] == [
-        ("call-1", "aligned"), ("topic-x", "removed"), ("topic-y", "added")]
+        ("call-1", "aligned"),
+        ("topic-x", "removed"),
+        ("topic-y", "added"),
+    ]
     assert [d["step_id"] for d in report["output_diffs"]] == [None]  # aligned outputs equal; run outputs differ
-    assert wf.client.get(f"/workflows/runs/{one}/compare", params={"against": "run-0000000000000000"}).status_code == 404
+    assert (
+        wf.client.get(f"/workflows/runs/{one}/compare", params={"against": "run-0000000000000000"}).status_code == 404
+    )
     diag = wf.client.get(f"/workflows/runs/{one}/diagnostics").json()
     assert diag["inputs"] == {"topic": "x", "api_token": "[masked]"}
     assert "t0ps3cret" not in json.dumps(diag)
@@ -478,20 +569,27 @@ def test_setsid_child_holding_the_pipes_leaves_no_thread_or_fd_in_the_server(wf)
     open: the run still ends after the linger period, and cao-server's threads and
     descriptors return to where they were."""
     import psutil
-    name = wf.write("setsid_child.py", """
+
+    name = wf.write(
+        "setsid_child.py",
+        """
         import subprocess, sys
         from cao_workflow import emit_output
         subprocess.Popen([sys.executable, "-c", "import time; time.sleep(300)"], start_new_session=True)
         emit_output("done")
-    """)
+    """,
+    )
     wf.run_ok(wf.write("warm_up.py", "print('CAO_WORKFLOW_OUTPUT:1')\n"))  # lazily made threads exist now
     server = psutil.Process(wf.server.proc.pid)
     threads, fds = server.num_threads(), server.num_fds()
     result = wf.run_ok(name)
     try:
         assert result["state"] == "completed" and result["output"] == "done"
-        wait_until(lambda: server.num_threads() <= threads and server.num_fds() <= fds, timeout=20,
-                   message=f"threads back to {threads} and fds back to {fds}")
+        wait_until(
+            lambda: server.num_threads() <= threads and server.num_fds() <= fds,
+            timeout=20,
+            message=f"threads back to {threads} and fds back to {fds}",
+        )
     finally:
         for child in processes_with_env("CAO_WORKFLOW_RUN_ID", result["run_id"]):
             child.kill()  # the sleeper this test's script started
@@ -499,14 +597,17 @@ def test_setsid_child_holding_the_pipes_leaves_no_thread_or_fd_in_the_server(wf)
 
 
 def test_non_ascii_inputs_are_measured_as_utf8_bytes(wf):
-    name = wf.write("echo_text.py", """
+    name = wf.write(
+        "echo_text.py",
+        """
         from cao_workflow import emit_output, get_inputs
         INPUTS = {"text": {"type": "string", "required": True}}
         emit_output(len(get_inputs()["text"]))
-    """)
+    """,
+    )
     text = "\u00e9" * 11_000  # 22 KB of UTF-8; 66 KB once \\u-escaped
     assert wf.run_ok(name, {"text": text})["output"] == 11_000
-    emoji = "\U0001F600" * 5_500  # 22 KB of UTF-8; 66 KB escaped as surrogate pairs
+    emoji = "\U0001f600" * 5_500  # 22 KB of UTF-8; 66 KB escaped as surrogate pairs
     assert wf.run_ok(name, {"text": emoji})["output"] == 5_500
     resp = wf.run(name, {"text": "\u00e9" * 17_000})  # 34 KB of UTF-8: over the 32 KiB cap
     assert resp.status_code == 400 and "exceed 32768 bytes" in resp.json()["detail"]

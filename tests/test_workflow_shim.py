@@ -2,6 +2,7 @@
 
 The fake records every request body, so each test can check what went over the wire —
 and, as much, what never did (refused calls, retries)."""
+
 from __future__ import annotations
 
 import ast
@@ -12,17 +13,27 @@ import socket
 import subprocess
 import sys
 import threading
+from collections.abc import Callable
 from dataclasses import FrozenInstanceError
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import pytest
 
 import cao_workflow
-from cao_workflow import (ShimError, ShimHTTPError, ShimIdentityError, ShimTransportError, StepHandle,
-                          emit_output, get_inputs, run_step, step)
-from cao_workflow import _steps
+from cao_workflow import (
+    ShimError,
+    ShimHTTPError,
+    ShimIdentityError,
+    ShimTransportError,
+    StepHandle,
+    _steps,
+    emit_output,
+    get_inputs,
+    run_step,
+    step,
+)
 
 SHIM_DIR = Path(cao_workflow.__file__).parent
 IDENTITY = ("CAO_WORKFLOW_RUN_ID", "CAO_WORKFLOW_GENERATION", "CAO_API_BASE_URL")
@@ -32,8 +43,15 @@ Reply = tuple[int, str]
 
 def completed(body: dict[str, Any]) -> Reply:
     key = body["env_vars"]["CAO_WORKFLOW_STEP_ID"]
-    return 200, json.dumps({"terminal_id": f"term-{key}", "last_message": f"done: {body['prompt']}",
-                            "status": "completed", "replayed": False, "elapsed": 0.1})
+    return 200, json.dumps(
+        {
+            "terminal_id": f"term-{key}",
+            "last_message": f"done: {body['prompt']}",
+            "status": "completed",
+            "replayed": False,
+            "elapsed": 0.1,
+        }
+    )
 
 
 class _Server(ThreadingHTTPServer):
@@ -57,8 +75,9 @@ class FakeRunStep:
                 raw = self.rfile.read(int(self.headers["Content-Length"]))
                 body = json.loads(raw)
                 with fake.lock:
-                    fake.requests.append({"path": self.path, "body": body,
-                                          "content_type": self.headers["Content-Type"]})
+                    fake.requests.append(
+                        {"path": self.path, "body": body, "content_type": self.headers["Content-Type"]}
+                    )
                 status, text = fake.respond(body)
                 data = text.encode()
                 self.send_response(status)
@@ -73,8 +92,7 @@ class FakeRunStep:
         self.server = _Server(("127.0.0.1", 0), Handler)
         self.server.daemon_threads = True
         self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
-        self.thread = threading.Thread(target=self.server.serve_forever, kwargs={"poll_interval": 0.02},
-                                       daemon=True)
+        self.thread = threading.Thread(target=self.server.serve_forever, kwargs={"poll_interval": 0.02}, daemon=True)
         self.thread.start()
 
     def close(self) -> None:
@@ -116,10 +134,19 @@ def no_identity(monkeypatch: pytest.MonkeyPatch) -> None:
 
 # --- the public surface ------------------------------------------------------------
 
+
 def test_all_is_pinned() -> None:
-    assert cao_workflow.__all__ == ["step", "run_step", "emit_output", "get_inputs", "StepHandle",
-                                    "ShimError", "ShimIdentityError", "ShimTransportError",
-                                    "ShimHTTPError"]
+    assert cao_workflow.__all__ == [
+        "step",
+        "run_step",
+        "emit_output",
+        "get_inputs",
+        "StepHandle",
+        "ShimError",
+        "ShimIdentityError",
+        "ShimTransportError",
+        "ShimHTTPError",
+    ]
     for name in cao_workflow.__all__:
         assert getattr(cao_workflow, name) is not None
 
@@ -132,11 +159,11 @@ def test_exception_tree() -> None:
 
 
 def test_import_has_no_side_effects_and_pulls_in_no_server_code(tmp_path: Path) -> None:
-    code = ("import sys, cao_workflow; "
-            "print(sorted(m for m in sys.modules if m.startswith('cli_agent_orchestrator')))")
+    code = "import sys, cao_workflow; print(sorted(m for m in sys.modules if m.startswith('cli_agent_orchestrator')))"
     env = {"PATH": os.environ.get("PATH", "")}  # no identity, no inputs: import must not care
-    proc = subprocess.run([sys.executable, "-c", code], env=env, cwd=tmp_path, capture_output=True,
-                          text=True, timeout=30)
+    proc = subprocess.run(
+        [sys.executable, "-c", code], env=env, cwd=tmp_path, capture_output=True, text=True, timeout=30
+    )
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout == "[]\n" and proc.stderr == ""
 
@@ -144,13 +171,19 @@ def test_import_has_no_side_effects_and_pulls_in_no_server_code(tmp_path: Path) 
 def test_shim_imports_only_the_standard_library() -> None:
     for source in SHIM_DIR.glob("*.py"):
         for node in ast.walk(ast.parse(source.read_text())):
-            modules = ([a.name for a in node.names] if isinstance(node, ast.Import) else
-                       [node.module] if isinstance(node, ast.ImportFrom) and node.level == 0 else [])
+            modules = (
+                [a.name for a in node.names]
+                if isinstance(node, ast.Import)
+                else [node.module]
+                if isinstance(node, ast.ImportFrom) and node.level == 0
+                else []
+            )
             for module in modules:
                 assert module.split(".")[0] in sys.stdlib_module_names, f"{source.name}: {module}"
 
 
 # --- recovery policy -------------------------------------------------------------
+
 
 def test_step_without_recovery_is_a_plain_type_error(identity: FakeRunStep) -> None:
     with pytest.raises(TypeError) as info:
@@ -175,8 +208,7 @@ def test_step_sends_its_recovery_policy(identity: FakeRunStep, policy: str) -> N
 
 
 def test_run_step_forwards_recovery_unchecked_and_reports_the_servers_422(identity: FakeRunStep) -> None:
-    identity.respond = lambda body: (422, json.dumps({"detail": [{"loc": ["body", "recovery"],
-                                                                 "msg": "bad policy"}]}))
+    identity.respond = lambda body: (422, json.dumps({"detail": [{"loc": ["body", "recovery"], "msg": "bad policy"}]}))
     with pytest.raises(ShimHTTPError) as info:
         run_step("kiro_cli", "reviewer", "review", recovery="idempotant")
     assert info.value.status == 422
@@ -189,6 +221,7 @@ def test_run_step_sends_no_recovery_of_its_own(identity: FakeRunStep) -> None:
 
 
 # --- refused options ---------------------------------------------------------------
+
 
 @pytest.mark.parametrize("fn_name", ["step", "run_step"])
 def test_reuse_terminal_id_is_refused_naming_the_function(fn_name: str, no_identity: None) -> None:
@@ -230,13 +263,21 @@ def test_unserialisable_option_is_refused_before_http(identity: FakeRunStep) -> 
 
 # --- identity ---------------------------------------------------------------------
 
-@pytest.mark.parametrize("missing", [
-    ("CAO_WORKFLOW_RUN_ID",), ("CAO_WORKFLOW_GENERATION",), ("CAO_API_BASE_URL",),
-    ("CAO_WORKFLOW_RUN_ID", "CAO_API_BASE_URL"), IDENTITY])
+
+@pytest.mark.parametrize(
+    "missing",
+    [
+        ("CAO_WORKFLOW_RUN_ID",),
+        ("CAO_WORKFLOW_GENERATION",),
+        ("CAO_API_BASE_URL",),
+        ("CAO_WORKFLOW_RUN_ID", "CAO_API_BASE_URL"),
+        IDENTITY,
+    ],
+)
 @pytest.mark.parametrize("fn_name", ["step", "run_step"])
 def test_missing_identity_names_only_the_missing_variables(
-        identity: FakeRunStep, monkeypatch: pytest.MonkeyPatch, missing: tuple[str, ...],
-        fn_name: str) -> None:
+    identity: FakeRunStep, monkeypatch: pytest.MonkeyPatch, missing: tuple[str, ...], fn_name: str
+) -> None:
     for name in missing:
         if name == "CAO_WORKFLOW_GENERATION":
             monkeypatch.setenv(name, "")  # empty counts as missing
@@ -269,21 +310,39 @@ def test_identity_is_read_per_call_not_at_import(identity: FakeRunStep, monkeypa
 
 # --- the request ------------------------------------------------------------------
 
+
 def test_request_body_and_route(identity: FakeRunStep) -> None:
-    handle = run_step("kiro_cli", "reviewer", "review this", model="m-1", working_directory="/w",
-                      allowed_tools=["fs_read"], use_worktree=False, engine="v2")
+    handle = run_step(
+        "kiro_cli",
+        "reviewer",
+        "review this",
+        model="m-1",
+        working_directory="/w",
+        allowed_tools=["fs_read"],
+        use_worktree=False,
+        engine="v2",
+    )
     request = identity.requests[0]
     assert request["path"] == "/terminals/run-step"
     assert request["content_type"] == "application/json"
     assert request["body"] == {
-        "provider": "kiro_cli", "agent": "reviewer", "prompt": "review this",
-        "env_vars": {"CAO_WORKFLOW_RUN_ID": "run-0123456789abcdef", "CAO_WORKFLOW_GENERATION": "3",
-                     "CAO_WORKFLOW_STEP_ID": "call-1"},
-        "model": "m-1", "working_directory": "/w", "allowed_tools": ["fs_read"],
-        "use_worktree": False, "engine": "v2",
+        "provider": "kiro_cli",
+        "agent": "reviewer",
+        "prompt": "review this",
+        "env_vars": {
+            "CAO_WORKFLOW_RUN_ID": "run-0123456789abcdef",
+            "CAO_WORKFLOW_GENERATION": "3",
+            "CAO_WORKFLOW_STEP_ID": "call-1",
+        },
+        "model": "m-1",
+        "working_directory": "/w",
+        "allowed_tools": ["fs_read"],
+        "use_worktree": False,
+        "engine": "v2",
     }
-    assert handle == StepHandle(step_id="call-1", terminal_id="term-call-1", output="done: review this",
-                                status="completed", replayed=False)
+    assert handle == StepHandle(
+        step_id="call-1", terminal_id="term-call-1", output="done: review this", status="completed", replayed=False
+    )
 
 
 def test_timeout_is_sent_as_float_only_when_given(identity: FakeRunStep) -> None:
@@ -294,8 +353,7 @@ def test_timeout_is_sent_as_float_only_when_given(identity: FakeRunStep) -> None
     assert "timeout" not in second
 
 
-def test_socket_timeout_outlives_the_servers_ready_wait(monkeypatch: pytest.MonkeyPatch,
-                                                        identity: FakeRunStep) -> None:
+def test_socket_timeout_outlives_the_servers_ready_wait(monkeypatch: pytest.MonkeyPatch, identity: FakeRunStep) -> None:
     seen: list[float] = []
     real_post = _steps.post_json
 
@@ -313,10 +371,13 @@ def test_socket_timeout_outlives_the_servers_ready_wait(monkeypatch: pytest.Monk
 
 # --- step keys --------------------------------------------------------------------
 
+
 def test_default_keys_count_up_and_explicit_ids_are_sent_verbatim(identity: FakeRunStep) -> None:
-    keys = [run_step("kiro_cli", "reviewer", "a").step_id,
-            run_step("kiro_cli", "reviewer", "b", step_id="urgent-branch").step_id,
-            step("kiro_cli", "reviewer", "c", recovery="idempotent").step_id]
+    keys = [
+        run_step("kiro_cli", "reviewer", "a").step_id,
+        run_step("kiro_cli", "reviewer", "b", step_id="urgent-branch").step_id,
+        step("kiro_cli", "reviewer", "c", recovery="idempotent").step_id,
+    ]
     assert keys == ["call-1", "urgent-branch", "call-2"]
     assert [b["env_vars"]["CAO_WORKFLOW_STEP_ID"] for b in identity.bodies] == keys
 
@@ -355,9 +416,12 @@ def test_counter_never_hands_out_a_key_twice_under_threads(identity: FakeRunStep
 
 # --- answers ----------------------------------------------------------------------
 
+
 def test_replayed_answer(identity: FakeRunStep) -> None:
-    identity.respond = lambda body: (200, json.dumps({"terminal_id": "gone-1", "last_message": "",
-                                                      "status": "failed", "replayed": True}))
+    identity.respond = lambda body: (
+        200,
+        json.dumps({"terminal_id": "gone-1", "last_message": "", "status": "failed", "replayed": True}),
+    )
     handle = run_step("kiro_cli", "reviewer", "x")
     assert (handle.replayed, handle.terminal_id, handle.status, handle.output) == (True, "gone-1", "failed", "")
 
@@ -380,8 +444,12 @@ def test_any_non_200_is_an_http_error_and_is_never_retried(identity: FakeRunStep
 
 
 def test_a_halt_is_a_409_with_the_servers_detail_in_the_traceback(identity: FakeRunStep) -> None:
-    detail = {"message": "step 'x' [policy_manual]: run 'r' step 'x': halted",
-              "kind": "decision_required", "step_id": "x", "rule": "policy_manual"}
+    detail = {
+        "message": "step 'x' [policy_manual]: run 'r' step 'x': halted",
+        "kind": "decision_required",
+        "step_id": "x",
+        "rule": "policy_manual",
+    }
     identity.respond = lambda body: (409, json.dumps({"detail": detail}))
     with pytest.raises(ShimHTTPError) as info:
         step("kiro_cli", "reviewer", "x", recovery="manual", step_id="x")
@@ -390,12 +458,16 @@ def test_a_halt_is_a_409_with_the_servers_detail_in_the_traceback(identity: Fake
     assert any("[decision_required]" in note for note in info.value.__notes__)
 
 
-@pytest.mark.parametrize("text", [
-    "not json", "[1, 2]",
-    '{"terminal_id": "t", "last_message": "m", "status": "completed"}',  # no replayed
-    '{"terminal_id": "t", "last_message": null, "status": "completed", "replayed": false}',
-    '{"terminal_id": "t", "last_message": "m", "status": "completed", "replayed": "no"}',
-])
+@pytest.mark.parametrize(
+    "text",
+    [
+        "not json",
+        "[1, 2]",
+        '{"terminal_id": "t", "last_message": "m", "status": "completed"}',  # no replayed
+        '{"terminal_id": "t", "last_message": null, "status": "completed", "replayed": false}',
+        '{"terminal_id": "t", "last_message": "m", "status": "completed", "replayed": "no"}',
+    ],
+)
 def test_a_200_without_a_usable_result_is_an_http_error(identity: FakeRunStep, text: str) -> None:
     identity.respond = lambda body: (200, text)
     with pytest.raises(ShimHTTPError) as info:
@@ -406,12 +478,14 @@ def test_a_200_without_a_usable_result_is_an_http_error(identity: FakeRunStep, t
 
 def test_http_error_survives_pickling() -> None:
     import pickle
+
     error = pickle.loads(pickle.dumps(ShimHTTPError(409, "body")))
     assert (error.status, error.body, str(error)) == (409, "body", "run-step returned HTTP 409")
 
 
 def test_socket_timeout_is_a_transport_error_and_is_not_retried(
-        identity: FakeRunStep, monkeypatch: pytest.MonkeyPatch) -> None:
+    identity: FakeRunStep, monkeypatch: pytest.MonkeyPatch
+) -> None:
     def hold(body: dict[str, Any]) -> Reply:
         identity.release.wait(10)
         return completed(body)
@@ -426,7 +500,8 @@ def test_socket_timeout_is_a_transport_error_and_is_not_retried(
 
 
 def test_dropped_connection_is_a_transport_error_and_is_not_retried(
-        identity: FakeRunStep, monkeypatch: pytest.MonkeyPatch) -> None:
+    identity: FakeRunStep, monkeypatch: pytest.MonkeyPatch
+) -> None:
     listener = socket.create_server(("127.0.0.1", 0))
     accepted: list[int] = []
     stop = threading.Event()
@@ -474,6 +549,7 @@ def test_proxy_settings_are_ignored(identity: FakeRunStep, monkeypatch: pytest.M
 
 # --- emit_output / get_inputs -------------------------------------------------------
 
+
 def test_emit_output_prints_one_compact_sentinel_line(capsys: pytest.CaptureFixture[str]) -> None:
     emit_output({"reviewed": True, "notes": "line one\nline two", "n": [1, 2]})
     out = capsys.readouterr().out
@@ -500,7 +576,9 @@ def test_emit_output_refuses_what_is_not_json(value: object, capsys: pytest.Capt
     assert capsys.readouterr().out == ""
 
 
-@pytest.mark.parametrize("raw, expected", [(None, {}), ("", {}), ("  ", {}), ('{"n": 3, "tag": "x"}', {"n": 3, "tag": "x"})])
+@pytest.mark.parametrize(
+    "raw, expected", [(None, {}), ("", {}), ("  ", {}), ('{"n": 3, "tag": "x"}', {"n": 3, "tag": "x"})]
+)
 def test_get_inputs(monkeypatch: pytest.MonkeyPatch, raw: str | None, expected: dict) -> None:
     if raw is None:
         monkeypatch.delenv("CAO_WORKFLOW_INPUTS", raising=False)

@@ -1,10 +1,10 @@
 """The YAML tier end to end: a sequential spec run inside cao-server against mock agents
 (templating, retries, on_failure), resume from the first unfinished step, and reserved
 constructs refused with a clear message."""
+
 from __future__ import annotations
 
 import pytest
-
 from conftest import CaoServer
 from workflow_support import Workflows
 
@@ -56,13 +56,16 @@ def test_sequential_spec_runs_with_templates_retries_and_continue(wf):
 
 
 def test_halt_on_failure_skips_the_rest_and_resume_keeps_completed_steps(wf):
-    wf.write("halting.yaml", """
+    wf.write(
+        "halting.yaml",
+        """
         name: halting_flow
         steps:
           - {id: first, provider: mock_cli, agent: reviewer, prompt: "one"}
           - {id: broken, provider: mock_cli, agent: reviewer, prompt: "__mock_error__", retries: 0}
           - {id: last, provider: mock_cli, agent: reviewer, prompt: "after {{ steps.first.output }}"}
-    """)
+    """,
+    )
     first = wf.run_ok("halting_flow")
     steps = {s["id"]: s for s in first["steps"]}
     assert first["state"] == "failed" and first["failure_envelope"]["failing_step"] == "broken"
@@ -76,17 +79,23 @@ def test_halt_on_failure_skips_the_rest_and_resume_keeps_completed_steps(wf):
 
 
 def test_reserved_constructs_validate_but_refuse_to_run(wf):
-    wf.write("parallel.yaml", """
+    wf.write(
+        "parallel.yaml",
+        """
         name: parallel_flow
         mode: parallel
         steps:
           - {id: a, agent: reviewer, prompt: hi}
-    """)
-    wf.write("guarded.yaml", """
+    """,
+    )
+    wf.write(
+        "guarded.yaml",
+        """
         name: guarded_flow
         steps:
           - {id: a, agent: reviewer, prompt: hi, when: "x"}
-    """)
+    """,
+    )
     for name, text in (("parallel_flow", "parallel"), ("guarded_flow", "when")):
         resp = wf.run(name)
         assert resp.status_code == 501 and text in resp.json()["detail"], resp.text
@@ -99,10 +108,13 @@ def test_reserved_constructs_validate_but_refuse_to_run(wf):
 
 
 def test_get_and_delete_specs(wf):
-    wf.write("doomed.py", """
+    wf.write(
+        "doomed.py",
+        """
         INPUTS = {"who": {"type": "string", "default": "me"}}
         print("hi")
-    """)
+    """,
+    )
     spec = wf.client.get("/workflows/doomed").json()
     assert spec["tier"] == "script" and spec["inputs"] == {"who": {"type": "string", "default": "me"}}
     assert spec["source"].startswith("INPUTS")

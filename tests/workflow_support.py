@@ -1,12 +1,12 @@
 """Helpers for workflow tests: write a script into a test server's workflow directory,
 run it, resume it, and find the processes a run started."""
+
 from __future__ import annotations
 
 import textwrap
 from typing import Any
 
 import psutil
-
 from conftest import CaoServer, wait_until
 
 BLOCKING_TIMEOUT = 120
@@ -27,8 +27,9 @@ class Workflows:
         return name.rsplit(".", 1)[0]
 
     def run(self, name: str, inputs: dict | None = None, **body: Any):
-        return self.client.post("/workflows/runs", json={"name_or_path": name, "inputs": inputs or {}, **body},
-                                timeout=BLOCKING_TIMEOUT)
+        return self.client.post(
+            "/workflows/runs", json={"name_or_path": name, "inputs": inputs or {}, **body}, timeout=BLOCKING_TIMEOUT
+        )
 
     def run_ok(self, name: str, inputs: dict | None = None, **body: Any) -> dict:
         resp = self.run(name, inputs, **body)
@@ -41,8 +42,9 @@ class Workflows:
         return resp.json()["run_id"]
 
     def resume(self, run_id: str, decisions: dict | None = None):
-        return self.client.post(f"/workflows/runs/{run_id}/resume", json={"decisions": decisions or {}},
-                                timeout=BLOCKING_TIMEOUT)
+        return self.client.post(
+            f"/workflows/runs/{run_id}/resume", json={"decisions": decisions or {}}, timeout=BLOCKING_TIMEOUT
+        )
 
     def resume_ok(self, run_id: str, decisions: dict | None = None) -> dict:
         resp = self.resume(run_id, decisions)
@@ -74,6 +76,7 @@ class Workflows:
         def ready():
             steps = [s for s in self.status(run_id)["steps"] if s["id"] == step_id]
             return steps and steps[0]["state"] == "running" and steps[0]["terminal_id"]
+
         return wait_until(ready, timeout, message=f"step {step_id} running in a terminal")
 
 
@@ -104,11 +107,14 @@ JOURNAL_TABLES = ("workflow_runs", "workflow_steps", "workflow_events")
 def export_journal(db_path, run_id: str) -> dict[str, list[dict]]:
     """The rows of one run, as JSON-able dicts (JSON columns stay JSON text)."""
     import sqlite3
+
     conn = sqlite3.connect(db_path)
     conn.row_factory = sqlite3.Row
     try:
-        return {table: [dict(r) for r in conn.execute(f"SELECT * FROM {table} WHERE run_id = ?", (run_id,))]
-                for table in JOURNAL_TABLES}
+        return {
+            table: [dict(r) for r in conn.execute(f"SELECT * FROM {table} WHERE run_id = ?", (run_id,))]
+            for table in JOURNAL_TABLES
+        }
     finally:
         conn.close()
 
@@ -116,6 +122,7 @@ def export_journal(db_path, run_id: str) -> dict[str, list[dict]]:
 def import_journal(db_path, journal: dict[str, list[dict]], **run_changes: Any) -> None:
     """Write a recorded run into a (stopped) server's database, optionally changed."""
     import sqlite3
+
     conn = sqlite3.connect(db_path)
     try:
         with conn:

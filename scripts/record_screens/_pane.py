@@ -5,6 +5,7 @@ Enter after typed text, and what it leaves behind on exit; those are the options
 Waits key on literal screen text, never on the provider's read_status, so that after a
 CLI upgrade a recording still completes and the screen tests show what broke.
 """
+
 from __future__ import annotations
 
 import json
@@ -37,20 +38,29 @@ class Pane:
     exit_wait: at kill, wait up to this long for the pane's processes to end.
     """
 
-    def __init__(self, socket: str, env: dict[str, str], *, timeout: float = 40, settle: float = 0,
-                 enter_delay: float | None = 0.3, remove_socket: bool = False, exit_wait: float = 0):
+    def __init__(
+        self,
+        socket: str,
+        env: dict[str, str],
+        *,
+        timeout: float = 40,
+        settle: float = 0,
+        enter_delay: float | None = 0.3,
+        remove_socket: bool = False,
+        exit_wait: float = 0,
+    ):
         self.socket, self.env = socket, env
         self.timeout, self.settle_after, self.enter_delay = timeout, settle, enter_delay
         self.remove_socket, self.exit_wait = remove_socket, exit_wait
 
     def tmux(self, *args: str) -> str:
-        return subprocess.run(["tmux", "-L", self.socket, *args], env=self.env, check=True,
-                              capture_output=True, text=True).stdout
+        return subprocess.run(
+            ["tmux", "-L", self.socket, *args], env=self.env, check=True, capture_output=True, text=True
+        ).stdout
 
     def _ask(self, *args: str) -> str:
         """A tmux query that may fail (the server may be gone already)."""
-        return subprocess.run(["tmux", "-L", self.socket, *args], env=self.env,
-                              capture_output=True, text=True).stdout
+        return subprocess.run(["tmux", "-L", self.socket, *args], env=self.env, capture_output=True, text=True).stdout
 
     def start(self, cwd: Path, command: str, remain_on_exit: bool = False) -> Pane:
         self.tmux("new-session", "-d", "-s", SESSION, "-x", "220", "-y", "50", "-c", str(cwd), command)
@@ -120,9 +130,16 @@ def save(out: Path, state: str, text: str, expect: dict, history: str | None = N
 
 def context(root: Path, name: str, yolo: bool, **more: object) -> LaunchContext:
     """A launch context for recorder terminal `name`: its id is the name's hex, its cao home root/cao-<name>."""
-    return LaunchContext(terminal_id=name.encode().hex()[:8].ljust(8, "0"), profile_name="recorder",
-                         system_prompt="You are a recording fixture.", working_directory=str(root / "work"),
-                         home_dir=root / f"cao-{name}", yolo=yolo, **more)
+    return LaunchContext(
+        terminal_id=name.encode().hex()[:8].ljust(8, "0"),
+        profile_name="recorder",
+        system_prompt="You are a recording fixture.",
+        working_directory=str(root / "work"),
+        home_dir=root / f"cao-{name}",
+        yolo=yolo,
+        environ=dict(os.environ),
+        **more,
+    )
 
 
 @contextmanager

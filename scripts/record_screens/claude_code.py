@@ -10,6 +10,7 @@ against the scripted model, from a brand-new HOME so the first-run and trust
 screens show too. Waits use literal screen text, not the provider, so after a CLI
 upgrade the recording still completes and the screen tests show what broke.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -22,9 +23,9 @@ import _pane
 from _pane import REPO, Pane
 from real_cli_support import isolated_home_env, npm_binary
 
+from cao_testkit.scripted_model.harness import ScriptedModelServer
 from cli_agent_orchestrator.providers import claude_code
 from cli_agent_orchestrator.providers.base import LaunchContext
-from cli_agent_orchestrator.scripted_model.harness import ScriptedModelServer
 
 VERSION = "2.1.197"
 HELLO = "Hello from the scripted model."
@@ -34,10 +35,17 @@ SCRIPT = [
     {"match": "say hello", "reply": HELLO},
     {"match": "say goodbye", "reply": BYE},
     {"match": "take your time", "steps": [{"delay_ms": 5000}, {"text": LONG}]},
-    {"match": "list the marker", "steps": [{"tool": "shell", "args": {"command": "echo marker-42"}},
-                                           {"text": "The command printed {tool_result}."}]},
-    {"match": "create the file", "steps": [{"tool": "shell", "args": {"command": "touch created.txt"}},
-                                           {"text": "Created it."}]},
+    {
+        "match": "list the marker",
+        "steps": [
+            {"tool": "shell", "args": {"command": "echo marker-42"}},
+            {"text": "The command printed {tool_result}."},
+        ],
+    },
+    {
+        "match": "create the file",
+        "steps": [{"tool": "shell", "args": {"command": "touch created.txt"}}, {"text": "Created it."}],
+    },
     {"match": "break now", "steps": [{"error": 400, "message": "scripted failure", "times": 99}]},
 ]
 
@@ -53,8 +61,15 @@ def save(out: Path, state: str, text: str, **expected: object) -> None:
 
 
 def launch_command(root: Path, env: dict[str, str], terminal_id: str, yolo: bool) -> str:
-    ctx = LaunchContext(terminal_id=terminal_id, profile_name="recorder", system_prompt="You are terse.",
-                        working_directory=str(root / "work"), home_dir=root / "cao-home", yolo=yolo)
+    ctx = LaunchContext(
+        terminal_id=terminal_id,
+        profile_name="recorder",
+        system_prompt="You are terse.",
+        working_directory=str(root / "work"),
+        home_dir=root / "cao-home",
+        yolo=yolo,
+        environ=dict(os.environ),
+    )
     launch = claude_code.build_launch(ctx)
     env_file = root / f"{terminal_id}.env"
     full = {**env, **launch.env, "CAO_TERMINAL_ID": terminal_id}
@@ -69,20 +84,41 @@ def record(out: Path) -> None:
         root = Path(tmp)
         (root / "work").mkdir()
         model.set_script("rec", SCRIPT)
-        env = {"PATH": f"{binary.parent}{os.pathsep}{os.environ['PATH']}", "TERM": "xterm-256color",
-               "LANG": "C.UTF-8", "CAO_API_PORT": "9", **isolated_home_env(root), **model.cli_env("rec")}
+        env = {
+            "PATH": f"{binary.parent}{os.pathsep}{os.environ['PATH']}",
+            "TERM": "xterm-256color",
+            "LANG": "C.UTF-8",
+            "CAO_API_PORT": "9",
+            **isolated_home_env(root),
+            **model.cli_env("rec"),
+        }
         pane = first = new_pane("", env)
         try:
             # A brand-new HOME: first-run screens, then the trust dialog, all with permissions on.
             pane.start(root / "work", launch_command(root, env, "0000c1a0", yolo=False))
-            save(out, "first_run_theme", pane.wait("Choose the text style"),
-                 status="waiting_user_answer", startup_keys=["Enter"])
+            save(
+                out,
+                "first_run_theme",
+                pane.wait("Choose the text style"),
+                status="waiting_user_answer",
+                startup_keys=["Enter"],
+            )
             pane.keys("Enter")
-            save(out, "first_run_notes", pane.wait("Press Enter to continue"),
-                 status="waiting_user_answer", startup_keys=["Enter"])
+            save(
+                out,
+                "first_run_notes",
+                pane.wait("Press Enter to continue"),
+                status="waiting_user_answer",
+                startup_keys=["Enter"],
+            )
             pane.keys("Enter")
-            save(out, "trust", pane.wait("Yes, I trust this folder"),
-                 status="waiting_user_answer", startup_keys=["Enter"])
+            save(
+                out,
+                "trust",
+                pane.wait("Yes, I trust this folder"),
+                status="waiting_user_answer",
+                startup_keys=["Enter"],
+            )
             pane.keys("Enter")
             save(out, "idle", pane.wait("? for shortcuts"), status="idle")
             pane.type("say hello", enter=False)
@@ -93,23 +129,36 @@ def record(out: Path) -> None:
             save(out, "working", pane.wait("esc to interrupt"), status="processing")
             pane.type("say goodbye")  # typed during the turn: Claude queues it
             save(out, "queued", pane.wait("Press up to edit queued messages"), status="processing")
-            save(out, "queued_done", pane.wait(BYE, "? for shortcuts", absent=("esc to interrupt",)),
-                 status="completed", reply=BYE)
+            save(
+                out,
+                "queued_done",
+                pane.wait(BYE, "? for shortcuts", absent=("esc to interrupt",)),
+                status="completed",
+                reply=BYE,
+            )
             pane.type("list the marker")
-            save(out, "tool_done", pane.wait("printed marker-42", "? for shortcuts"), status="completed",
-                 reply="The command printed marker-42.")
+            save(
+                out,
+                "tool_done",
+                pane.wait("printed marker-42", "? for shortcuts"),
+                status="completed",
+                reply="The command printed marker-42.",
+            )
             pane.type("/exit", enter=False)
             save(out, "slash_menu", pane.wait("Exit the CLI"), status="idle", composer_has_text=True)
             pane.keys("C-u")
             pane.wait("? for shortcuts")
             pane.type("break now")
-            save(out, "error", pane.wait("API Error", "? for shortcuts", absent=("esc to interrupt",)),
-                 status="error")
+            save(out, "error", pane.wait("API Error", "? for shortcuts", absent=("esc to interrupt",)), status="error")
             pane.type("create the file")
             save(out, "permission", pane.wait("Do you want to proceed?"), status="waiting_user_answer")
             pane.keys("3")  # "No": Claude interrupts the turn and asks what to do instead
-            save(out, "interrupted", pane.wait("What should Claude do instead?", "? for shortcuts"),
-                 status="waiting_user_answer")
+            save(
+                out,
+                "interrupted",
+                pane.wait("What should Claude do instead?", "? for shortcuts"),
+                status="waiting_user_answer",
+            )
             first.kill()
 
             # Bypass mode (the usual way cao runs it): its footer, a multi-paragraph reply, the history.
@@ -118,12 +167,16 @@ def record(out: Path) -> None:
             save(out, "idle_bypass", pane.wait("bypass permissions on"), status="idle")
             pane.type("take your time")
             save(out, "working_bypass", pane.wait("esc to interrupt"), status="processing")
-            save(out, "done_bypass", pane.wait("Last line.", "bypass permissions on",
-                                               absent=("esc to interrupt",)), status="completed", reply=LONG)
+            save(
+                out,
+                "done_bypass",
+                pane.wait("Last line.", "bypass permissions on", absent=("esc to interrupt",)),
+                status="completed",
+                reply=LONG,
+            )
             pane.type("list the marker")
             pane.wait("printed marker-42", absent=("esc to interrupt",))
-            save(out, "history", pane.history(), status="completed",
-                 reply="The command printed marker-42.")
+            save(out, "history", pane.history(), status="completed", reply="The command printed marker-42.")
         finally:
             first.kill()
             pane.kill()

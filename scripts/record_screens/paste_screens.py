@@ -18,6 +18,7 @@ screen the mark was taken on) and `mark.json`:
 the mark before the paste and after, the rows (relative to the mark before) where each
 needle shows up, and what the model received.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -33,14 +34,19 @@ import _pane
 from _pane import REPO, Pane
 from real_cli_support import isolated_home_env
 
-from cli_agent_orchestrator.scripted_model.harness import ScriptedModelServer
+from cao_testkit.scripted_model.harness import ScriptedModelServer
 
 REPLY = "Scripted reply for the paste check."
 SCRIPT = {"rules": [{"reply": REPLY}], "default": "Paste check"}  # no match: every message
 SHORT = "please run the tests again"
 LONG_END = "END-OF-LONG-PASTE-7f3a"
-LONG = "\n".join([f"line {i:02d} of the long paste: lorem ipsum dolor sit amet, consectetur adipiscing elit"[:75]
-                  for i in range(1, 40)] + [LONG_END])
+LONG = "\n".join(
+    [
+        f"line {i:02d} of the long paste: lorem ipsum dolor sit amet, consectetur adipiscing elit"[:75]
+        for i in range(1, 40)
+    ]
+    + [LONG_END]
+)
 NEEDLES = [SHORT, "line 01 of the long paste", "line 39 of the long paste", LONG_END, "Pasted", "pasted", REPLY]
 MARK = "#{history_size} #{cursor_y} #{cursor_x} #{pane_height} #{alternate_on} #{cursor_flag}"
 
@@ -76,12 +82,19 @@ def start(provider: str, rec, root: Path, model: ScriptedModelServer, panes: lis
 def launch(provider: str, rec, root: Path, model: ScriptedModelServer) -> Pane:
     (root / "work").mkdir(exist_ok=True)
     if provider == "claude_code":
-        env = {"PATH": os.environ["PATH"], "TERM": "xterm-256color", "LANG": "C.UTF-8", "CAO_API_PORT": "9",
-               **isolated_home_env(root), **model.cli_env("rec")}
+        env = {
+            "PATH": os.environ["PATH"],
+            "TERM": "xterm-256color",
+            "LANG": "C.UTF-8",
+            "CAO_API_PORT": "9",
+            **isolated_home_env(root),
+            **model.cli_env("rec"),
+        }
         return rec.new_pane("-paste", env).start(root / "work", rec.launch_command(root, env, "0000c1a0", False))
     if provider == "codex":
-        os.environ.update({"CAO_API_PORT": "9", "OPENAI_BASE_URL": model.base_url("rec", "/v1"),
-                           "OPENAI_API_KEY": "scripted"})
+        os.environ.update(
+            {"CAO_API_PORT": "9", "OPENAI_BASE_URL": model.base_url("rec", "/v1"), "OPENAI_API_KEY": "scripted"}
+        )
         subprocess.run(["git", "init", "-q", str(root / "work")], check=True)
         return rec.launch(root, "main", yolo=False)
     if provider == "opencode_cli":
@@ -100,13 +113,25 @@ class Recorder:
     def mark(self) -> dict:
         """The mark, and the screen it was taken on (kept for save as `<state>.before.visible.txt`)."""
         mark, rows = self._marked_rows()
-        self.before_screen = "\n".join(rows[mark["history_size"]:])
+        self.before_screen = "\n".join(rows[mark["history_size"] :])
         return mark
 
     def _marked_rows(self) -> tuple[dict, list[str]]:
         """The mark and the unjoined scrollback, read by one tmux command (no scroll in between)."""
-        out = self.pane.tmux("display-message", "-p", "-t", _pane.SESSION, MARK, ";",
-                             "capture-pane", "-p", "-S", "-", "-t", _pane.SESSION)
+        out = self.pane.tmux(
+            "display-message",
+            "-p",
+            "-t",
+            _pane.SESSION,
+            MARK,
+            ";",
+            "capture-pane",
+            "-p",
+            "-S",
+            "-",
+            "-t",
+            _pane.SESSION,
+        )
         first, _, rows = out.partition("\n")
         keys = ("history_size", "cursor_y", "cursor_x", "pane_height", "alternate_on", "cursor_flag")
         mark = dict(zip(keys, map(int, first.split())))
@@ -115,9 +140,30 @@ class Recorder:
 
     def paste(self, text: str) -> None:
         self.paste_no += 1
-        subprocess.run(["tmux", "-L", self.pane.socket, "load-buffer", "-b", f"paste-{self.paste_no}", "-", ";",
-                        "paste-buffer", "-p", "-d", "-b", f"paste-{self.paste_no}", "-t", _pane.SESSION],
-                       input=text, text=True, env=self.pane.env, check=True, capture_output=True)
+        subprocess.run(
+            [
+                "tmux",
+                "-L",
+                self.pane.socket,
+                "load-buffer",
+                "-b",
+                f"paste-{self.paste_no}",
+                "-",
+                ";",
+                "paste-buffer",
+                "-p",
+                "-d",
+                "-b",
+                f"paste-{self.paste_no}",
+                "-t",
+                _pane.SESSION,
+            ],
+            input=text,
+            text=True,
+            env=self.pane.env,
+            check=True,
+            capture_output=True,
+        )
 
     def still(self, at_least: float = 1.0, limit: float = 6.0) -> None:
         """Wait at_least seconds, then until two captures 0.5 s apart agree (or limit)."""
@@ -153,11 +199,21 @@ class Recorder:
     def save(self, state: str, before: dict, **more: object) -> None:
         after, rows = self._marked_rows()
         self.out.mkdir(parents=True, exist_ok=True)
-        for kind, text in (("before.visible", self.before_screen), ("visible", self.pane.screen()), ("history", self.pane.history()), ("rows", "\n".join(rows))):
+        for kind, text in (
+            ("before.visible", self.before_screen),
+            ("visible", self.pane.screen()),
+            ("history", self.pane.history()),
+            ("rows", "\n".join(rows)),
+        ):
             (self.out / f"{state}.{kind}.txt").write_text(text.removesuffix("\n") + "\n", encoding="utf-8")
         found = {n: [i - before["row"] for i, line in enumerate(rows) if n in line] for n in NEEDLES}
-        record = {"before": before, "after": after, "rows_captured": len(rows),
-                  "found_rows_relative_to_before": {n: r for n, r in found.items() if r}, **more}
+        record = {
+            "before": before,
+            "after": after,
+            "rows_captured": len(rows),
+            "found_rows_relative_to_before": {n: r for n, r in found.items() if r},
+            **more,
+        }
         (self.out / f"{state}.mark.json").write_text(json.dumps(record, indent=1) + "\n", encoding="utf-8")
         print(f"  {state}: before {before} after {after}\n    found {record['found_rows_relative_to_before']}")
 
@@ -192,15 +248,21 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--provider", required=True, choices=sorted(CLIS))
     parser.add_argument("--out", type=Path)
-    parser.add_argument("--idle-wait", type=float, default=0,
-                        help="seconds on the idle screen before the first paste (cao pastes at once)")
+    parser.add_argument(
+        "--idle-wait",
+        type=float,
+        default=0,
+        help="seconds on the idle screen before the first paste (cao pastes at once)",
+    )
     args = parser.parse_args()
     out = args.out or REPO / "tests" / "fixtures" / "paste" / args.provider
     package, binary, idle, busy = CLIS[args.provider]
     rec = importlib.import_module(args.provider)  # this directory's recorder for the provider
     provider = importlib.import_module(f"cli_agent_orchestrator.providers.{args.provider}").PROVIDER
-    with ScriptedModelServer() as model, \
-            _pane.recording(package, rec.VERSION, binary, f"cao-paste-{args.provider}-") as (root, panes):
+    with (
+        ScriptedModelServer() as model,
+        _pane.recording(package, rec.VERSION, binary, f"cao-paste-{args.provider}-") as (root, panes),
+    ):
         model.set_script("rec", SCRIPT)
         pane = start(args.provider, rec, root, model, panes)
         time.sleep(args.idle_wait)

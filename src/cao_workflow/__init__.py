@@ -35,6 +35,7 @@ The linter cannot see every source of drift. Also keep out of prompts, keys and 
 iteration order of sets of strings (randomised per process), environment variables other
 than the inputs, and anything read from files, the network or the clock via other modules.
 """
+
 from ._errors import ShimError, ShimHTTPError, ShimIdentityError, ShimTransportError
 from ._script_io import emit_output, get_inputs
 from ._steps import StepHandle, run_step, step

@@ -4,6 +4,7 @@ cao-server admits its owner's scripts on loopback without it; the token matters 
 server cannot see who connects (a non-loopback address). Standard library only, like the
 whole shim, which never imports the server's package.
 """
+
 from __future__ import annotations
 
 import os

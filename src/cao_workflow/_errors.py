@@ -1,6 +1,7 @@
 """The shim's exception tree. Every failure a script can see from a step call is one of
 these, so a script can tell "nothing was attempted" from "the outcome is unknown"
 from "the server answered no" — the three cases call for different reactions."""
+
 from __future__ import annotations
 
 

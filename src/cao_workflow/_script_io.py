@@ -1,5 +1,6 @@
 """The script's two plain-text channels with the server: run inputs arrive in one env var,
 the run's output leaves as one sentinel line on stdout. No HTTP, no state."""
+
 from __future__ import annotations
 
 import json

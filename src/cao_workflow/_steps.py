@@ -4,6 +4,7 @@ Everything the shim decides on its own happens before the request and raises
 ShimError/ShimIdentityError with nothing attempted; after that the server decides
 (execute, replay, halt, diverge) and the shim only reports the answer.
 """
+
 from __future__ import annotations
 
 import json
@@ -69,8 +70,16 @@ def socket_timeout_for(timeout: float | None) -> float:
     return (DEFAULT_STEP_TIMEOUT if timeout is None else float(timeout)) + SOCKET_MARGIN_SECONDS
 
 
-def step(provider: str, agent: str, prompt: str, *, recovery: str, step_id: str | None = None,
-         timeout: float | None = None, **opts: Any) -> StepHandle:
+def step(
+    provider: str,
+    agent: str,
+    prompt: str,
+    *,
+    recovery: str,
+    step_id: str | None = None,
+    timeout: float | None = None,
+    **opts: Any,
+) -> StepHandle:
     """Run one agent step, declaring what re-running it would mean (``recovery``).
 
     ``recovery`` is a claim the resume gate acts on, never verified: "idempotent" (safe to
@@ -81,12 +90,14 @@ def step(provider: str, agent: str, prompt: str, *, recovery: str, step_id: str 
     if not isinstance(recovery, str) or recovery not in RECOVERY_POLICIES:
         raise ShimError(
             f"step(): recovery={recovery!r} is not a recovery policy; use one of "
-            f"{', '.join(repr(p) for p in RECOVERY_POLICIES)} (or run_step() to declare none)")
+            f"{', '.join(repr(p) for p in RECOVERY_POLICIES)} (or run_step() to declare none)"
+        )
     return _run("step", provider, agent, prompt, step_id, timeout, opts, recovery)
 
 
-def run_step(provider: str, agent: str, prompt: str, *, step_id: str | None = None,
-             timeout: float | None = None, **opts: Any) -> StepHandle:
+def run_step(
+    provider: str, agent: str, prompt: str, *, step_id: str | None = None, timeout: float | None = None, **opts: Any
+) -> StepHandle:
     """Run one agent step declaring no recovery policy.
 
     A ``recovery=`` passed here rides in ``opts`` and is judged by the server (422 on a bad
@@ -95,19 +106,31 @@ def run_step(provider: str, agent: str, prompt: str, *, step_id: str | None = No
     return _run("run_step", provider, agent, prompt, step_id, timeout, opts, None)
 
 
-def _run(fn_name: str, provider: str, agent: str, prompt: str, step_id: str | None,
-         timeout: float | None, opts: dict[str, Any], recovery: str | None) -> StepHandle:
+def _run(
+    fn_name: str,
+    provider: str,
+    agent: str,
+    prompt: str,
+    step_id: str | None,
+    timeout: float | None,
+    opts: dict[str, Any],
+    recovery: str | None,
+) -> StepHandle:
     _refuse_options(fn_name, opts)
     _check_timeout(fn_name, timeout)
     if step_id is not None and (not isinstance(step_id, str) or not STEP_ID_RE.match(step_id)):
-        raise ShimError(f"{fn_name}(): step_id={step_id!r} is not a valid step key; use 1-64 "
-                        "characters from A-Z a-z 0-9 _ - (no ':')")
+        raise ShimError(
+            f"{fn_name}(): step_id={step_id!r} is not a valid step key; use 1-64 "
+            "characters from A-Z a-z 0-9 _ - (no ':')"
+        )
     run_id, generation, base_url = _identity(fn_name)
     # The counter advances only for a call that is about to be sent, so a call refused above
     # does not shift the keys of every later step.
     key = step_id if step_id is not None else _counter.next_key()
     body: dict[str, Any] = {
-        "provider": provider, "agent": agent, "prompt": prompt,
+        "provider": provider,
+        "agent": agent,
+        "prompt": prompt,
         "env_vars": {RUN_ID_VAR: run_id, GENERATION_VAR: generation, STEP_ID_VAR: key},
     }
     if timeout is not None:
@@ -129,18 +152,20 @@ def _refuse_options(fn_name: str, opts: dict[str, Any]) -> None:
             f"reuse_terminal_id is not supported by {fn_name}() — the shim always sends env_vars "
             "(RUN_ID/GENERATION/STEP_ID), and the server rejects env_vars + reuse_terminal_id "
             "together (422). Omit reuse_terminal_id, or call the HTTP API directly if you need to "
-            "reuse a terminal without the identity fence.")
+            "reuse a terminal without the identity fence."
+        )
     if "env_vars" in opts:
         # Merging it would overwrite the identity fence the server uses to journal the step.
-        raise ShimError(f"env_vars is not supported by {fn_name}() — the shim sets env_vars itself "
-                        "(the run's identity fence); omit it.")
+        raise ShimError(
+            f"env_vars is not supported by {fn_name}() — the shim sets env_vars itself "
+            "(the run's identity fence); omit it."
+        )
 
 
 def _check_timeout(fn_name: str, timeout: object) -> None:
     if timeout is None:
         return
-    if (isinstance(timeout, bool) or not isinstance(timeout, (int, float))
-            or not math.isfinite(timeout) or timeout <= 0):
+    if isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or not math.isfinite(timeout) or timeout <= 0:
         raise ShimError(f"{fn_name}(): timeout={timeout!r} must be a positive number of seconds")
 
 
@@ -153,7 +178,8 @@ def _identity(fn_name: str) -> tuple[str, str, str]:
     if missing:
         raise ShimIdentityError(
             f"{fn_name}(): {', '.join(missing)} not set; nothing was attempted. These are set by "
-            "`cao workflow run`; run the script through it (or set them yourself).")
+            "`cao workflow run`; run the script through it (or set them yourself)."
+        )
     base_url = values[BASE_URL_VAR].rstrip("/")
     try:
         parts = urllib.parse.urlsplit(base_url)
@@ -161,15 +187,15 @@ def _identity(fn_name: str) -> tuple[str, str, str]:
     except ValueError:
         parts = None
     if parts is None or parts.scheme not in ("http", "https") or not parts.hostname:
-        raise ShimIdentityError(f"{fn_name}(): {BASE_URL_VAR} is not an http:// or https:// URL; "
-                                "nothing was attempted.")
+        raise ShimIdentityError(
+            f"{fn_name}(): {BASE_URL_VAR} is not an http:// or https:// URL; nothing was attempted."
+        )
     return values[RUN_ID_VAR], values[GENERATION_VAR], base_url
 
 
 # A 200 must carry all four fields with these types; anything else is reported as an
 # unusable answer rather than a KeyError/JSON error escaping from inside the shim.
-_RESULT_FIELDS: dict[str, type] = {"terminal_id": str, "last_message": str, "status": str,
-                                   "replayed": bool}
+_RESULT_FIELDS: dict[str, type] = {"terminal_id": str, "last_message": str, "status": str, "replayed": bool}
 
 
 def _handle_from_answer(step_key: str, status: int, text: str) -> StepHandle:
@@ -189,10 +215,16 @@ def _handle_from_answer(step_key: str, status: int, text: str) -> StepHandle:
         raise ShimHTTPError(200, text, "run-step returned HTTP 200 with a body that is not a JSON object")
     bad = [name for name, kind in _RESULT_FIELDS.items() if not isinstance(data.get(name), kind)]
     if bad:
-        raise ShimHTTPError(200, text, "run-step returned HTTP 200 without a usable result "
-                                       f"(missing or mistyped: {', '.join(bad)})")
-    return StepHandle(step_id=step_key, terminal_id=data["terminal_id"], output=data["last_message"],
-                      status=data["status"], replayed=data["replayed"])
+        raise ShimHTTPError(
+            200, text, f"run-step returned HTTP 200 without a usable result (missing or mistyped: {', '.join(bad)})"
+        )
+    return StepHandle(
+        step_id=step_key,
+        terminal_id=data["terminal_id"],
+        output=data["last_message"],
+        status=data["status"],
+        replayed=data["replayed"],
+    )
 
 
 def _summarise_detail(text: str, limit: int = 500) -> str:

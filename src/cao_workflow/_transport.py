@@ -6,6 +6,7 @@ re-send it (a retry, a redirect turned into a new request) or sit in the middle 
 (a proxy with its own idle timeout) could make agent work run twice or look failed
 while it still runs — so the shim talks straight to the server and reports what happened.
 """
+
 from __future__ import annotations
 
 import http.client
@@ -29,7 +30,8 @@ def _direct_opener() -> urllib.request.OpenerDirector:
 
 def _describe(exc: BaseException, socket_timeout: float) -> str:
     if isinstance(exc, TimeoutError) or (
-            isinstance(exc, urllib.error.URLError) and isinstance(exc.reason, TimeoutError)):
+        isinstance(exc, urllib.error.URLError) and isinstance(exc.reason, TimeoutError)
+    ):
         return f"no answer within the {socket_timeout:.0f}s socket timeout"
     if isinstance(exc, urllib.error.URLError):
         return str(exc.reason)
@@ -42,8 +44,11 @@ def post_json(url: str, payload: bytes, socket_timeout: float, fn_name: str) -> 
     Raises ShimTransportError (original error as __cause__) when no complete answer arrived.
     """
     request = urllib.request.Request(
-        url, data=payload, method="POST",
-        headers={"Content-Type": "application/json", "Accept": "application/json", **auth_headers()})
+        url,
+        data=payload,
+        method="POST",
+        headers={"Content-Type": "application/json", "Accept": "application/json", **auth_headers()},
+    )
     try:
         response = _direct_opener().open(request, timeout=socket_timeout)
         if response is None:  # no handler took the URL; the caller checked the scheme, so defensive
@@ -53,4 +58,5 @@ def post_json(url: str, payload: bytes, socket_timeout: float, fn_name: str) -> 
     except (OSError, http.client.HTTPException) as exc:  # URLError and socket timeouts are OSErrors
         raise ShimTransportError(
             f"{fn_name}(): run-step request to {url} failed: {_describe(exc, socket_timeout)}; "
-            "not retried — the step may or may not have run") from exc
+            "not retried — the step may or may not have run"
+        ) from exc

@@ -4,6 +4,7 @@ Standard library only and nothing at import, because cao-hook loads it for every
 No token is not an error: on loopback the server admits its owner by the socket's uid,
 so the token matters only where that cannot be checked (see api/auth.py).
 """
+
 from __future__ import annotations
 
 import os

@@ -2,11 +2,13 @@
 services, and wires the consumers. Nothing in cao does I/O at import time; all of
 it starts here.
 """
+
 from __future__ import annotations
 
 import logging
+import os
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Callable
 
 from .backends.base import TerminalBackend
 from .backends.tmux import TmuxBackend
@@ -17,14 +19,22 @@ from .services.input import InputService
 from .services.logs import LogWriter
 from .services.orchestration import OrchestrationService
 from .services.sessions import SessionService
-from .services.status import StatusMonitor
-from .services.terminals import TerminalService
-from .services.workflow_state import RunRegistry, Timeline
-from .services.workflow_steps import StepGate
-from .services.workflow_yaml import YamlDriver
-from .services.workflows import WorkflowService
+from .services.status.monitor import StatusMonitor
+from .services.terminals.service import TerminalService
 from .settings import Settings
 from .store import Store
+from .tasks import TaskGroup
+from .workflows.catalog import WorkflowCatalog
+from .workflows.drives import RunRegistry
+from .workflows.runs import RunLifecycle
+from .workflows.script_driver import ScriptDriver
+from .workflows.script_steps import ScriptStepGate
+from .workflows.service import WorkflowService
+from .workflows.specs import SpecDirectory
+from .workflows.step_execution import StepExecution
+from .workflows.timeline import Timeline
+from .workflows.views import RunViews
+from .workflows.yaml_driver import YamlDriver
 
 log = logging.getLogger(__name__)
 
@@ -34,6 +44,7 @@ class Runtime:
     settings: Settings
     store: Store
     bus: EventBus
+    tasks: TaskGroup
     backend: TerminalBackend
     monitor: StatusMonitor
     logs: LogWriter
@@ -42,7 +53,7 @@ class Runtime:
     sessions: SessionService
     inbox: InboxService
     orchestration: OrchestrationService
-    step_gate: StepGate
+    step_gate: ScriptStepGate
     workflows: WorkflowService
 
     async def start(self) -> None:
@@ -63,6 +74,7 @@ class Runtime:
         await self.backend.stop()
         await self.bus.stop()
         await self.monitor.stop()
+        await self.tasks.close()
         self.store.close()
 
 
@@ -88,17 +100,46 @@ def build_runtime(settings: Settings | None = None) -> Runtime:
     settings.ensure_dirs()
     store = Store(settings.db_path, busy_limit_s=settings.db_busy_timeout)
     bus = EventBus(settings.event_queue_size)
-    backend = TmuxBackend(settings.tmux_socket_name, bus, settings.output_source, settings.fifo_dir)
-    monitor = StatusMonitor(bus, store, backend.request_snapshot)
-    logs = LogWriter(settings.terminal_logs_dir)
+    tasks = TaskGroup(on_failure=lambda name, exc: bus.record_failure("task", name, exc))
+    backend = TmuxBackend(settings.tmux_socket_name, bus, settings.output_source, settings.fifo_dir, spawn=tasks.spawn)
+    monitor = StatusMonitor(bus, store, tasks, backend.request_snapshot)
+    logs = LogWriter(settings.terminal_logs_dir, tasks)
     typing = InputService(backend, bus, monitor)
-    terminals = TerminalService(settings, store, bus, backend, monitor, typing)
+    terminals = TerminalService(settings, store, bus, backend, monitor, typing, tasks, dict(os.environ))
     sessions = SessionService(backend, terminals)
-    inbox = InboxService(settings, store, bus, terminals, monitor, typing)
+    inbox = InboxService(settings, store, bus, terminals, monitor, typing, tasks)
     orchestration = OrchestrationService(bus, monitor, terminals, inbox)
-    registry, timeline = RunRegistry(), Timeline(store, bus)
-    step_gate = StepGate(store, registry, timeline, orchestration)
-    workflows = WorkflowService(settings, store, bus, terminals, registry, timeline,
-                                YamlDriver(store, timeline, orchestration))
-    return Runtime(settings, store, bus, backend, monitor, logs, typing, terminals, sessions, inbox,
-                   orchestration, step_gate, workflows)
+    registry, timeline = RunRegistry(tasks.spawn), Timeline(store, bus)
+    steps = StepExecution(store, registry, timeline, orchestration)
+    step_gate = ScriptStepGate(store, registry, timeline, steps)
+    specs = SpecDirectory(settings.workflows_dir)
+    workflows = WorkflowService(
+        catalog=WorkflowCatalog(specs),
+        runs=RunLifecycle(
+            settings,
+            store,
+            terminals,
+            registry,
+            timeline,
+            specs,
+            ScriptDriver(settings, store),
+            YamlDriver(store, timeline, steps),
+        ),
+        views=RunViews(store, registry),
+    )
+    return Runtime(
+        settings,
+        store,
+        bus,
+        tasks,
+        backend,
+        monitor,
+        logs,
+        typing,
+        terminals,
+        sessions,
+        inbox,
+        orchestration,
+        step_gate,
+        workflows,
+    )

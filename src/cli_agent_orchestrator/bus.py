@@ -9,14 +9,15 @@
 * a consumer that raises does not stop the others: the failure is recorded and
   visible through `failures` (served by the API).
 """
+
 from __future__ import annotations
 
 import asyncio
 import collections
 import logging
 import threading
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
-from typing import Awaitable, Callable
 
 from .events import ConsumerFailed, Event
 
@@ -58,8 +59,7 @@ class Subscription:
             if self.on_drop is not None:
                 self.on_drop(event)
             if self.dropped == 1 or self.dropped % 1000 == 0:
-                log.warning("event bus: subscriber %s full, dropped %d output events so far",
-                            self.name, self.dropped)
+                log.warning("event bus: subscriber %s full, dropped %d output events so far", self.name, self.dropped)
             return
         self.queue.append(event)
         self.wakeup.set()
@@ -78,8 +78,9 @@ class EventBus:
         self._loop = loop
         self._loop_thread = threading.get_ident()
 
-    def subscribe(self, name: str, pattern: str, handler: Handler,
-                  on_drop: Callable[[Event], None] | None = None) -> Subscription:
+    def subscribe(
+        self, name: str, pattern: str, handler: Handler, on_drop: Callable[[Event], None] | None = None
+    ) -> Subscription:
         """Register a consumer; it runs as one task, handling events in order."""
         sub = Subscription(name, pattern, handler, self.max_queue_size, on_drop=on_drop)
         self._subs.append(sub)
@@ -112,7 +113,7 @@ class EventBus:
                 return None
             try:
                 await asyncio.wait_for(sub.wakeup.wait(), remaining)
-            except asyncio.TimeoutError:
+            except TimeoutError:
                 return None
         return sub.queue.popleft()
 
@@ -149,8 +150,9 @@ class EventBus:
         self._dispatch(failure)
 
     def stats(self) -> list[dict]:
-        return [{"name": s.name, "pattern": s.pattern, "queued": len(s.queue), "dropped": s.dropped}
-                for s in self._subs]
+        return [
+            {"name": s.name, "pattern": s.pattern, "queued": len(s.queue), "dropped": s.dropped} for s in self._subs
+        ]
 
     async def _drain(self, sub: Subscription) -> None:
         while True:

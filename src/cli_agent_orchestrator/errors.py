@@ -1,5 +1,6 @@
 """cao's own exception tree. Foreign exceptions stop at the adapters; the API maps
 these to HTTP codes in one place (api/errors.py)."""
+
 from __future__ import annotations
 
 
@@ -36,6 +37,12 @@ class AgentExited(Conflict):
 
 class StoreBusy(CaoError):
     """The database stayed locked (another process holds it) past cao's retry bound."""
+
+    http_status = 503
+
+
+class Stopping(CaoError):
+    """cao-server is stopping and starts no new work."""
 
     http_status = 503
 

@@ -7,6 +7,7 @@ from its last argument, as Codex `notify` passes it), and posts it to
 a few tens of milliseconds, and it always exits 0 at once: a hook must never slow
 down or break the CLI that runs it.
 """
+
 from __future__ import annotations
 
 import http.client
@@ -54,8 +55,10 @@ def main(argv: list[str] | None = None) -> int:
     try:
         conn = http.client.HTTPConnection(host, int(port), timeout=TIMEOUT_S)
         # The token where this process can read it; on loopback the server also knows its owner without.
-        headers = {"Content-Type": "application/json",
-                   **auth_headers(os.environ.get("CAO_HOME_DIR"), os.environ.get("CAO_AUTH_TOKEN"))}
+        headers = {
+            "Content-Type": "application/json",
+            **auth_headers(os.environ.get("CAO_HOME_DIR"), os.environ.get("CAO_AUTH_TOKEN")),
+        }
         # The terminal's own secret: the server takes a hook only from the terminal it concerns.
         headers["X-CAO-Hook-Secret"] = os.environ.get("CAO_HOOK_SECRET", "")
         conn.request("POST", f"/terminals/{terminal_id}/hooks", body=body, headers=headers)

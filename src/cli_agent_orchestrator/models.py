@@ -2,6 +2,7 @@
 
 Plain dataclasses and enums; the HTTP edge has its own pydantic models.
 """
+
 from __future__ import annotations
 
 import re

@@ -2,6 +2,7 @@
 scrollbacks, snapshots, launch files, workflow snapshots) is created 0600 in 0700
 directories, whatever the process umask says.
 """
+
 from __future__ import annotations
 
 import os
@@ -40,4 +41,4 @@ def append_private(path: Path, data: bytes) -> None:
 def _write_all(fd: int, data: bytes) -> None:
     view = memoryview(data)
     while view:
-        view = view[os.write(fd, view):]
+        view = view[os.write(fd, view) :]

@@ -4,10 +4,11 @@ Lookup order for a name: the user's agent store (`<cao home>/agent-store/NAME.md
 then the built-ins shipped in `agent_store/`. Dropping a file in the user's store
 is enough to add or override a profile.
 """
+
 from __future__ import annotations
 
-import os
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from importlib import resources
 from pathlib import Path
@@ -86,13 +87,15 @@ def profile_paths(home: Path, name: str) -> list[tuple[Path, str]]:
     return [(home / "agent-store" / f"{name}.md", "local"), (builtin_dir() / f"{name}.md", "built-in")]
 
 
-def load_profile(home: Path, name: str) -> AgentProfile:
+def load_profile(home: Path, name: str, environ: Mapping[str, str] | None = None) -> AgentProfile:
+    """The profile `name`; `${VAR}` is filled from `environ` (the caller's environment,
+    passed in by the entry point) and then `<home>/.env`, which wins."""
     if not SAFE_NAME_RE.match(name or ""):
         raise InvalidInput(f"invalid agent profile name {name!r}: use 1-64 of [A-Za-z0-9_-]")
     for path, source in profile_paths(home, name):
         if path.is_file():
             text = path.read_text(encoding="utf-8", errors="replace")
-            return parse_profile(text, name, source, {**os.environ, **_read_env_file(home)})
+            return parse_profile(text, name, source, {**(environ or {}), **_read_env_file(home)})
     raise NotFound(f"agent profile {name!r} not found (looked in {home / 'agent-store'} and the built-ins)")
 
 
@@ -102,8 +105,9 @@ def list_profiles(home: Path) -> list[AgentProfile]:
         if directory.is_dir():
             for path in sorted(directory.glob("*.md")):
                 try:
-                    names[path.stem] = parse_profile(path.read_text(encoding="utf-8", errors="replace"),
-                                                     path.stem, source)
+                    names[path.stem] = parse_profile(
+                        path.read_text(encoding="utf-8", errors="replace"), path.stem, source
+                    )
                 except InvalidInput:
                     continue
     return [names[k] for k in sorted(names)]

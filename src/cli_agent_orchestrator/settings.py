@@ -3,6 +3,7 @@
 Every process of cao (server, CLI, MCP server, workflow scripts) reads the same
 variables, so an isolated instance is just a different CAO_HOME_DIR and port.
 """
+
 from __future__ import annotations
 
 import hashlib
@@ -16,6 +17,7 @@ from .auth_token import TOKEN_FILE_NAME
 DEFAULT_HOME = Path("~/.aws/cli-agent-orchestrator").expanduser()
 DEFAULT_HOST = "127.0.0.1"
 DEFAULT_PORT = 9889
+DEFAULT_PROVIDER = "kiro_cli"  # the seeds' default provider
 # The largest request body cao-server reads: a 1,000,000-character message fits even
 # when every character is JSON-escaped as \uXXXX (6 MB), with room for the envelope.
 DEFAULT_MAX_BODY_BYTES = 8 * 1024 * 1024
@@ -73,12 +75,14 @@ class Settings:
     client_auth_token: str | None = None
     # One limit for every request body (413 above it); CAO_MAX_BODY_BYTES.
     max_body_bytes: int = DEFAULT_MAX_BODY_BYTES
+    # The provider of an agent when neither the request, its profile nor its caller names one.
+    default_provider: str = "kiro_cli"
     # How long a statement keeps retrying a database another process holds locked before
     # the request is answered 503 (status changes are kept and written later, never lost).
     db_busy_timeout: float = 10.0
 
     @classmethod
-    def from_env(cls) -> "Settings":
+    def from_env(cls) -> Settings:
         home = Path(os.environ.get("CAO_HOME_DIR") or DEFAULT_HOME).expanduser().resolve()
         port_raw = os.environ.get("CAO_API_PORT") or str(DEFAULT_PORT)
         try:
@@ -107,6 +111,7 @@ class Settings:
             client_auth_token=os.environ.get("CAO_AUTH_TOKEN") or None,
             max_body_bytes=_env_max_body_bytes(),
             db_busy_timeout=max(0.1, _env_float("CAO_DB_BUSY_TIMEOUT", 10.0)),
+            default_provider=os.environ.get("CAO_DEFAULT_PROVIDER", "").strip() or DEFAULT_PROVIDER,
         )
 
     @property
@@ -181,8 +186,15 @@ class Settings:
         return f"cao-{digest}"
 
     def ensure_dirs(self) -> None:
-        for path in (self.home_dir, self.db_path.parent, self.logs_dir, self.terminal_logs_dir, self.tmp_dir,
-                     self.agent_store_dir, self.workflows_dir):
+        for path in (
+            self.home_dir,
+            self.db_path.parent,
+            self.logs_dir,
+            self.terminal_logs_dir,
+            self.tmp_dir,
+            self.agent_store_dir,
+            self.workflows_dir,
+        ):
             path.mkdir(parents=True, exist_ok=True)
         # Only this user may read what cao keeps: prompts, scrollbacks, secrets, the token.
         for path in (self.home_dir, self.db_path.parent, self.logs_dir, self.terminal_logs_dir, self.tmp_dir):

@@ -1,4 +1,5 @@
 """The FastAPI application: gates, error mapping, health, and the routers."""
+
 from __future__ import annotations
 
 import shutil
@@ -31,8 +32,12 @@ def create_app(settings: Settings | None = None, runtime: Runtime | None = None)
         finally:
             await app.state.runtime.stop()
 
-    app = FastAPI(title="cao", version=__version__, lifespan=lifespan,
-                  description="cao-server: run coding-agent CLIs in tmux and orchestrate them.")
+    app = FastAPI(
+        title="cao",
+        version=__version__,
+        lifespan=lifespan,
+        description="cao-server: run coding-agent CLIs in tmux and orchestrate them.",
+    )
 
     install_error_handlers(app)
 
@@ -42,12 +47,16 @@ def create_app(settings: Settings | None = None, runtime: Runtime | None = None)
         gone; the next new terminal starts a new server, and health is "ok" again."""
         runtime: Runtime = request.app.state.runtime
         backend = runtime.backend.health()
-        tmux = ("unavailable" if not shutil.which("tmux") else "ok" if backend["status"] == "ok" else "down")
-        body = {"status": "ok" if tmux == "ok" else "degraded", "service": "cli-agent-orchestrator",
-                "version": __version__, "terminal_backend": runtime.backend.name,
-                "home_dir": str(runtime.settings.home_dir),
-                "tmux_socket": runtime.settings.tmux_socket_name,
-                "components": {"cao": "ok", "tmux": tmux}}
+        tmux = "unavailable" if not shutil.which("tmux") else "ok" if backend["status"] == "ok" else "down"
+        body = {
+            "status": "ok" if tmux == "ok" else "degraded",
+            "service": "cli-agent-orchestrator",
+            "version": __version__,
+            "terminal_backend": runtime.backend.name,
+            "home_dir": str(runtime.settings.home_dir),
+            "tmux_socket": runtime.settings.tmux_socket_name,
+            "components": {"cao": "ok", "tmux": tmux},
+        }
         if backend.get("reason"):
             body["reason"] = backend["reason"]
         return body
@@ -56,16 +65,23 @@ def create_app(settings: Settings | None = None, runtime: Runtime | None = None)
     async def diagnostics(request: Request) -> dict:
         """Event-bus queues, drops and consumer failures: nothing fails silently."""
         runtime: Runtime = request.app.state.runtime
-        return {"subscribers": runtime.bus.stats(),
-                "consumer_failures": [f.__dict__ for f in runtime.bus.failures],
-                "terminals": runtime.monitor.stats()}
+        return {
+            "subscribers": runtime.bus.stats(),
+            "consumer_failures": [f.__dict__ for f in runtime.bus.failures],
+            "terminals": runtime.monitor.stats(),
+        }
 
     app.include_router(router)
     app.include_router(workflow_router)
     app.include_router(events_router)
     app.add_middleware(BodySizeLimit, max_bytes=settings.max_body_bytes)
-    app.add_middleware(CORSMiddleware, allow_origins=cors_origins(settings), allow_credentials=True,
-                       allow_methods=["*"], allow_headers=["*"])
+    app.add_middleware(
+        CORSMiddleware,
+        allow_origins=cors_origins(settings),
+        allow_credentials=True,
+        allow_methods=["*"],
+        allow_headers=["*"],
+    )
     app.add_middleware(RequestGate, settings=settings)
     # Outermost: a stranger is refused before any other gate or route sees the request.
     app.add_middleware(OwnerOrToken, settings=settings)

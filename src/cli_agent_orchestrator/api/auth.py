@@ -7,6 +7,7 @@ raw-HTTP scripts keep working, and any other user gets 403. Where the user canno
 (a non-loopback peer, a forwarded request, no answer from the kernel) only
 `Authorization: Bearer <token>` with the token of `<home>/auth-token` admits, else 401.
 """
+
 from __future__ import annotations
 
 import hmac
@@ -30,8 +31,7 @@ _BEARER = b"bearer "
 # Headers with which a proxy names another client: uvicorn then rewrites scope["client"]
 # (and trusts it from 127.0.0.1 by default), so that address says nothing about the socket.
 _FORWARDING_HEADERS = (b"x-forwarded-for", b"forwarded")
-_TOKEN_HINT = ("send 'Authorization: Bearer <token>' with the token in the auth-token file "
-               "of the server's cao home")
+_TOKEN_HINT = "send 'Authorization: Bearer <token>' with the token in the auth-token file of the server's cao home"
 
 
 @dataclass(frozen=True)
@@ -89,8 +89,14 @@ class OwnerOrToken:
             refusal = self.check(scope)
             if refusal is not None:
                 client = scope.get("client") or ("?", 0)
-                log.warning("refused %s %s from %s:%s: %s", scope.get("method", "WEBSOCKET"),
-                            scope.get("path", ""), client[0], client[1], refusal.detail)
+                log.warning(
+                    "refused %s %s from %s:%s: %s",
+                    scope.get("method", "WEBSOCKET"),
+                    scope.get("path", ""),
+                    client[0],
+                    client[1],
+                    refusal.detail,
+                )
                 return await _refuse(scope, send, refusal)
         await self.app(scope, receive, send)
 
@@ -110,9 +116,12 @@ class OwnerOrToken:
             if peer_uid == self.owner_uid:
                 return None
             if peer_uid is not None:
-                return Refusal(403, f"this cao-server belongs to uid {self.owner_uid} and refuses uid "
-                                    f"{peer_uid}: only its owner may use it (its auth-token file admits, "
-                                    "and only the owner can read it)")
+                return Refusal(
+                    403,
+                    f"this cao-server belongs to uid {self.owner_uid} and refuses uid "
+                    f"{peer_uid}: only its owner may use it (its auth-token file admits, "
+                    "and only the owner can read it)",
+                )
             reason = "the user behind this connection cannot be determined"
         if presented is not None:
             return Refusal(401, f"invalid bearer token ({reason}, so a token is required); {_TOKEN_HINT}")
@@ -122,8 +131,8 @@ class OwnerOrToken:
 def _bearer_token(headers: list[tuple[bytes, bytes]]) -> bytes | None:
     for name, value in headers:
         if name == b"authorization":
-            if value[:len(_BEARER)].lower() == _BEARER:
-                return value[len(_BEARER):].strip()
+            if value[: len(_BEARER)].lower() == _BEARER:
+                return value[len(_BEARER) :].strip()
             return None
     return None
 

@@ -2,6 +2,7 @@
 `{"detail": ...}` answers in one place, and the error models every route documents in
 OpenAPI come from here too, so that what a route says it answers is what it answers.
 """
+
 from __future__ import annotations
 
 import json
@@ -72,8 +73,10 @@ _DESCRIPTIONS = {
 
 def answers(*codes: int) -> dict[int | str, dict[str, Any]]:
     """The OpenAPI `responses` entries for these error statuses."""
-    return {code: {"model": ValidationFailed if code == 422 else Error, "description": _DESCRIPTIONS[code]}
-            for code in codes}
+    return {
+        code: {"model": ValidationFailed if code == 422 else Error, "description": _DESCRIPTIONS[code]}
+        for code in codes
+    }
 
 
 # What any route can answer whatever it does: the request gates in front of the app — the
@@ -85,13 +88,16 @@ EVERY_ROUTE = answers(400, 401, 403, 413)
 def validation_issue(error: dict[str, Any]) -> dict[str, Any]:
     """One pydantic error, without its `input` and with everything else bounded."""
     loc = [part if isinstance(part, int) else str(part)[:MAX_LOC_PART_CHARS] for part in error.get("loc", ())]
-    issue: dict[str, Any] = {"loc": loc, "msg": str(error.get("msg", ""))[:MAX_MSG_CHARS],
-                             "type": str(error.get("type", ""))}
+    issue: dict[str, Any] = {
+        "loc": loc,
+        "msg": str(error.get("msg", ""))[:MAX_MSG_CHARS],
+        "type": str(error.get("type", "")),
+    }
     secret = any(part in SECRET_FIELDS for part in loc)
     if secret:
         # Below a secret field, `loc` would name what the client put there.
         cut = next(i for i, part in enumerate(loc) if part in SECRET_FIELDS)
-        issue["loc"] = loc[:cut + 1]
+        issue["loc"] = loc[: cut + 1]
     ctx = error.get("ctx")
     if ctx and not secret:
         try:
@@ -103,15 +109,16 @@ def validation_issue(error: dict[str, Any]) -> dict[str, Any]:
     return issue
 
 
-async def _cao_error(_request: Request, exc: CaoError) -> JSONResponse:
+async def _cao_error(_request: Request, exc: Exception) -> JSONResponse:
+    assert isinstance(exc, CaoError)  # registered for CaoError only
     return JSONResponse({"detail": exc.detail()}, status_code=exc.http_status)
 
 
-async def _validation_error(_request: Request, exc: RequestValidationError) -> JSONResponse:
+async def _validation_error(_request: Request, exc: Exception) -> JSONResponse:
+    assert isinstance(exc, RequestValidationError)  # registered for it only
     return JSONResponse({"detail": [validation_issue(e) for e in exc.errors()]}, status_code=422)
 
 
 def install_error_handlers(app: FastAPI) -> None:
     app.add_exception_handler(CaoError, _cao_error)
     app.add_exception_handler(RequestValidationError, _validation_error)
-

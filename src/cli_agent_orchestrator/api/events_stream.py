@@ -2,12 +2,13 @@
 and benchmarks. Status and lifecycle events are never dropped; terminal output
 is only streamed when the pattern asks for it and may be dropped under load.
 """
+
 from __future__ import annotations
 
 import dataclasses
 import json
 import re
-from typing import AsyncIterator
+from collections.abc import AsyncIterator
 
 from fastapi import APIRouter, Query, Request
 from fastapi.responses import StreamingResponse
@@ -21,10 +22,19 @@ router = APIRouter(route_class=StrictJsonRoute, responses=EVERY_ROUTE)
 _PATTERN = re.compile(r"\A[A-Za-z0-9_*#-]+(\.[A-Za-z0-9_*#-]+)*\Z")
 KEEPALIVE_S = 15.0
 # How OpenAPI (3.2's `itemSchema`, as FastAPI writes it) describes one event of cao's streams.
-SSE_CONTENT = {"text/event-stream": {"itemSchema": {
-    "type": "object", "required": ["data"],
-    "properties": {"event": {"type": "string"}, "id": {"type": "string"},
-                   "data": {"type": "string", "contentMediaType": "application/json"}}}}}
+SSE_CONTENT = {
+    "text/event-stream": {
+        "itemSchema": {
+            "type": "object",
+            "required": ["data"],
+            "properties": {
+                "event": {"type": "string"},
+                "id": {"type": "string"},
+                "data": {"type": "string", "contentMediaType": "application/json"},
+            },
+        }
+    }
+}
 
 
 def event_json(event: Event) -> dict:
@@ -35,9 +45,11 @@ def event_json(event: Event) -> dict:
     return body
 
 
-@router.get("/events", response_class=StreamingResponse, responses={
-    200: {"description": "Server-Sent Events, one per bus event", "content": SSE_CONTENT},
-    **answers(422)})
+@router.get(
+    "/events",
+    response_class=StreamingResponse,
+    responses={200: {"description": "Server-Sent Events, one per bus event", "content": SSE_CONTENT}, **answers(422)},
+)
 async def events(request: Request, pattern: str = Query("terminal.*.status", max_length=200)) -> StreamingResponse:
     """Follow events whose topic matches `pattern` (`*` one segment, `#` the rest)."""
     if not _PATTERN.match(pattern):
@@ -57,5 +69,6 @@ async def events(request: Request, pattern: str = Query("terminal.*.status", max
         finally:
             bus.close_stream(stream)
 
-    return StreamingResponse(body(), media_type="text/event-stream",
-                             headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"})
+    return StreamingResponse(
+        body(), media_type="text/event-stream", headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
+    )

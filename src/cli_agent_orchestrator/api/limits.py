@@ -3,12 +3,14 @@
 Python's parser accepts but nothing downstream can carry: numbers that are not finite
 (NaN, Infinity, 1e400) and strings with lone UTF-16 surrogates (not Unicode text).
 """
+
 from __future__ import annotations
 
 import json
 import math
 import re
-from typing import Any, Callable, Coroutine
+from collections.abc import Callable, Coroutine
+from typing import Any
 
 from fastapi import Request, Response
 from fastapi.routing import APIRoute
@@ -55,11 +57,18 @@ class BodySizeLimit:
 
     async def _refuse(self, send: Send) -> None:
         body = json.dumps({"detail": f"request body exceeds {self.max_bytes} bytes"}).encode()
-        await send({"type": "http.response.start", "status": 413,
-                    "headers": [(b"content-type", b"application/json"),
-                                (b"content-length", str(len(body)).encode()),
-                                # The unread rest of the body makes the connection unusable.
-                                (b"connection", b"close")]})
+        await send(
+            {
+                "type": "http.response.start",
+                "status": 413,
+                "headers": [
+                    (b"content-type", b"application/json"),
+                    (b"content-length", str(len(body)).encode()),
+                    # The unread rest of the body makes the connection unusable.
+                    (b"connection", b"close"),
+                ],
+            }
+        )
         await send({"type": "http.response.body", "body": body})
 
 
@@ -97,8 +106,7 @@ def _refuse_lone_surrogates(value: Any) -> None:
             try:
                 item.encode("utf-8")
             except UnicodeEncodeError:
-                raise json.JSONDecodeError("a string holds a lone UTF-16 surrogate (not Unicode text)",
-                                           "", 0) from None
+                raise json.JSONDecodeError("a string holds a lone UTF-16 surrogate (not Unicode text)", "", 0) from None
         elif isinstance(item, dict):
             stack.extend(item.keys())
             stack.extend(item.values())

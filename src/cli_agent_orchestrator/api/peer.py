@@ -5,6 +5,7 @@ socket. One NETLINK_SOCK_DIAG exact lookup by the 4-tuple (inet_diag, what `ss` 
 tens of microseconds; /proc/net/tcp{,6} is the fallback. Linux only: elsewhere, and for a
 socket no process holds any more, the owner is unknown (None) and callers ask for a token.
 """
+
 from __future__ import annotations
 
 import ipaddress
@@ -92,9 +93,13 @@ def _packed(client_host: str, server_host: str) -> tuple[int, bytes, bytes]:
 def _ask_netlink(family: int, src: bytes, sport: int, dst: bytes, dport: int) -> tuple[bool, int | None]:
     """(answered, uid): answered is False when netlink could not say (no socket family,
     no tcp_diag handler, no such socket), so the caller may try /proc."""
-    body = (_REQ_HEAD.pack(family, socket.IPPROTO_TCP, 0, 0, ALL_TCP_STATES)
-            + _PORTS.pack(sport, dport) + src.ljust(16, b"\0") + dst.ljust(16, b"\0")
-            + _IF_COOKIE.pack(0, INET_DIAG_NOCOOKIE, INET_DIAG_NOCOOKIE))
+    body = (
+        _REQ_HEAD.pack(family, socket.IPPROTO_TCP, 0, 0, ALL_TCP_STATES)
+        + _PORTS.pack(sport, dport)
+        + src.ljust(16, b"\0")
+        + dst.ljust(16, b"\0")
+        + _IF_COOKIE.pack(0, INET_DIAG_NOCOOKIE, INET_DIAG_NOCOOKIE)
+    )
     request = _NLMSGHDR.pack(_NLMSGHDR.size + len(body), SOCK_DIAG_BY_FAMILY, NLM_F_REQUEST, 1, 0) + body
     try:
         with socket.socket(socket.AF_NETLINK, socket.SOCK_DGRAM, NETLINK_SOCK_DIAG) as nl:
@@ -106,15 +111,18 @@ def _ask_netlink(family: int, src: bytes, sport: int, dst: bytes, dport: int) ->
     if len(reply) < _NLMSGHDR.size:
         return False, None
     _length, kind, _flags, _seq, _pid = _NLMSGHDR.unpack_from(reply)
-    msg = reply[_NLMSGHDR.size:]
+    msg = reply[_NLMSGHDR.size :]
     if kind == NLMSG_ERROR or kind != SOCK_DIAG_BY_FAMILY or len(msg) < _MSG_UID_OFFSET + _MSG_UID_INODE.size:
         return False, None
     found_family, _state, _timer, _retrans = _MSG_HEAD.unpack_from(msg)
     found_sport, found_dport, found_src, found_dst = _MSG_ENDS.unpack_from(msg, _MSG_HEAD.size)
     # An exact lookup that misses the connected sockets falls through to listeners: only a
     # socket with exactly our two ends is the client's.
-    if ((found_sport, found_dport) != (sport, dport)
-            or _address(found_family, found_src) != src or _address(found_family, found_dst) != dst):
+    if (
+        (found_sport, found_dport) != (sport, dport)
+        or _address(found_family, found_src) != src
+        or _address(found_family, found_dst) != dst
+    ):
         return False, None
     uid, inode = _MSG_UID_INODE.unpack_from(msg, _MSG_UID_OFFSET)
     return True, (None if inode == NO_INODE else uid)
@@ -140,8 +148,7 @@ def _scan_proc(src: bytes, sport: int, dst: bytes, dport: int) -> int | None:
     if len(src) == 4:
         wanted.append((PROC_TCP, _proc_hex(src, sport), _proc_hex(dst, dport)))
         # A dual-stack socket talking IPv4 is listed in tcp6 as ::ffff:a.b.c.d.
-        wanted.append((PROC_TCP6, _proc_hex(_V4_MAPPED_PREFIX + src, sport),
-                       _proc_hex(_V4_MAPPED_PREFIX + dst, dport)))
+        wanted.append((PROC_TCP6, _proc_hex(_V4_MAPPED_PREFIX + src, sport), _proc_hex(_V4_MAPPED_PREFIX + dst, dport)))
     else:
         wanted.append((PROC_TCP6, _proc_hex(src, sport), _proc_hex(dst, dport)))
     for path, local, remote in wanted:

@@ -3,6 +3,7 @@
 Message text travels in JSON bodies; the query-string form (`?message=`) is
 kept for compatibility with older clients.
 """
+
 from __future__ import annotations
 
 import os
@@ -17,12 +18,21 @@ from ..events import HookReceived
 from ..models import MessageStatus, OrchestrationType
 from ..providers.registry import get_provider, provider_names
 from ..services.orchestration import StepRequest
-from ..services.terminals import CreateRequest
-from ..services.workflow_steps import parse_identity
+from ..services.terminals.spawn import CreateRequest
+from ..workflows.script_steps import parse_identity
 from .errors import EVERY_ROUTE, answers
 from .limits import StrictJsonRoute
-from .schemas import (MAX_NAME, MAX_PATH, MAX_TEXT, InboxMessageOut, InboxPost, InitialMessage, InputBody,
-                      KeyBody, TerminalOut)
+from .schemas import (
+    MAX_NAME,
+    MAX_PATH,
+    MAX_TEXT,
+    InboxMessageOut,
+    InboxPost,
+    InitialMessage,
+    InputBody,
+    KeyBody,
+    TerminalOut,
+)
 
 router = APIRouter(route_class=StrictJsonRoute, responses=EVERY_ROUTE)
 
@@ -54,7 +64,7 @@ def _tools(allowed_tools: str | None) -> list[str] | None:
 def _text(body_text: str | None, query_text: str | None, what: str = "message") -> str:
     text = body_text if body_text is not None else query_text
     if not text:
-        raise InvalidInput(f"{what} is required (JSON body {{\"{what}\": ...}} or ?{what}=)")
+        raise InvalidInput(f'{what} is required (JSON body {{"{what}": ...}} or ?{what}=)')
     if len(text) > MAX_TEXT:
         raise InvalidInput(f"{what} too long: {len(text)} characters (limit {MAX_TEXT})")
     return text
@@ -71,20 +81,38 @@ async def _create(request: Request, req: CreateRequest, body: InitialMessage | N
         return TerminalOut.of(await runtime.terminals.create(req))
     req.wait_ready = False
     term = await runtime.terminals.create(req)
-    runtime.terminals.spawn_background(runtime.orchestration.deliver_initial(
-        term.id, initial, body.initial_message_orchestration_type if body else None))
+    runtime.tasks.spawn(
+        runtime.orchestration.deliver_initial(
+            term.id, initial, body.initial_message_orchestration_type if body else None
+        ),
+        f"initial:{term.id}",
+    )
     return TerminalOut.of(term)
 
 
 # --- sessions -----------------------------------------------------------------------
 @router.post("/sessions", status_code=status.HTTP_201_CREATED, response_model=TerminalOut, responses=CREATES)
-async def create_session(request: Request, agent_profile: Profile, provider: Name = None,
-                         session_name: Name = None, working_directory: WorkingDirectory = None,
-                         allowed_tools: ToolList = None, model: Name = None, yolo: bool = False,
-                         body: Annotated[InitialMessage | None, Body()] = None) -> TerminalOut:
-    req = CreateRequest(agent_profile=agent_profile, provider=provider, session_name=session_name,
-                        new_session=True, working_directory=working_directory,
-                        allowed_tools=_tools(allowed_tools), model=model, yolo=yolo)
+async def create_session(
+    request: Request,
+    agent_profile: Profile,
+    provider: Name = None,
+    session_name: Name = None,
+    working_directory: WorkingDirectory = None,
+    allowed_tools: ToolList = None,
+    model: Name = None,
+    yolo: bool = False,
+    body: Annotated[InitialMessage | None, Body()] = None,
+) -> TerminalOut:
+    req = CreateRequest(
+        agent_profile=agent_profile,
+        provider=provider,
+        session_name=session_name,
+        new_session=True,
+        working_directory=working_directory,
+        allowed_tools=_tools(allowed_tools),
+        model=model,
+        yolo=yolo,
+    )
     return await _create(request, req, body)
 
 
@@ -104,19 +132,39 @@ async def delete_session(request: Request, session_name: SessionName) -> dict:
     return await rt(request).sessions.delete(session_name)
 
 
-@router.post("/sessions/{session_name}/terminals", status_code=status.HTTP_201_CREATED,
-             response_model=TerminalOut, responses=CREATES)
-async def create_terminal(request: Request, session_name: SessionName, agent_profile: Profile,
-                          provider: Name = None, working_directory: WorkingDirectory = None,
-                          allowed_tools: ToolList = None, caller_id: CallerId = None,
-                          defer_init: bool = False, model: Name = None, yolo: bool = False,
-                          body: Annotated[InitialMessage | None, Body()] = None) -> TerminalOut:
+@router.post(
+    "/sessions/{session_name}/terminals",
+    status_code=status.HTTP_201_CREATED,
+    response_model=TerminalOut,
+    responses=CREATES,
+)
+async def create_terminal(
+    request: Request,
+    session_name: SessionName,
+    agent_profile: Profile,
+    provider: Name = None,
+    working_directory: WorkingDirectory = None,
+    allowed_tools: ToolList = None,
+    caller_id: CallerId = None,
+    defer_init: bool = False,
+    model: Name = None,
+    yolo: bool = False,
+    body: Annotated[InitialMessage | None, Body()] = None,
+) -> TerminalOut:
     if body and body.initial_message is not None and not defer_init:
         raise InvalidInput("initial_message is only accepted with defer_init=true")
-    req = CreateRequest(agent_profile=agent_profile, provider=provider, session_name=session_name,
-                        new_session=False, working_directory=working_directory,
-                        allowed_tools=_tools(allowed_tools), caller_id=caller_id, model=model, yolo=yolo,
-                        wait_ready=not defer_init)
+    req = CreateRequest(
+        agent_profile=agent_profile,
+        provider=provider,
+        session_name=session_name,
+        new_session=False,
+        working_directory=working_directory,
+        allowed_tools=_tools(allowed_tools),
+        caller_id=caller_id,
+        model=model,
+        yolo=yolo,
+        wait_ready=not defer_init,
+    )
     return await _create(request, req, body)
 
 
@@ -133,8 +181,13 @@ async def list_providers() -> list[dict]:
     out = []
     for name in provider_names():
         binary = get_provider(name).binary
-        out.append({"name": name, "binary": binary,
-                    "installed": bool(os.path.isabs(binary) and os.path.exists(binary) or shutil.which(binary))})
+        out.append(
+            {
+                "name": name,
+                "binary": binary,
+                "installed": bool(os.path.isabs(binary) and os.path.exists(binary) or shutil.which(binary)),
+            }
+        )
     return out
 
 
@@ -150,26 +203,34 @@ async def get_terminal(request: Request, terminal_id: TerminalId) -> TerminalOut
 
 
 @router.post("/terminals/{terminal_id}/input", responses={**ABOUT_ONE, **answers(409)})
-async def send_input(request: Request, terminal_id: TerminalId,
-                     message: Annotated[str | None, Query(max_length=MAX_TEXT)] = None,
-                     sender_id: Annotated[str | None, Query(max_length=128)] = None,
-                     orchestration_type: OrchestrationType | None = None,
-                     body: Annotated[InputBody | None, Body()] = None) -> dict:
+async def send_input(
+    request: Request,
+    terminal_id: TerminalId,
+    message: Annotated[str | None, Query(max_length=MAX_TEXT)] = None,
+    sender_id: Annotated[str | None, Query(max_length=128)] = None,
+    orchestration_type: OrchestrationType | None = None,
+    body: Annotated[InputBody | None, Body()] = None,
+) -> dict:
     text = _text(body.message if body else None, message)
     turn = await rt(request).terminals.send_input(terminal_id, text)
     return {"success": True, "turn": turn}
 
 
 @router.post("/terminals/{terminal_id}/key", responses=ABOUT_ONE)
-async def send_key(request: Request, terminal_id: TerminalId, key: Annotated[str | None, Query(max_length=16)] = None,
-                   body: Annotated[KeyBody | None, Body()] = None) -> dict:
+async def send_key(
+    request: Request,
+    terminal_id: TerminalId,
+    key: Annotated[str | None, Query(max_length=16)] = None,
+    body: Annotated[KeyBody | None, Body()] = None,
+) -> dict:
     await rt(request).terminals.send_key(terminal_id, _text(body.key if body else None, key, "key"))
     return {"success": True}
 
 
 @router.get("/terminals/{terminal_id}/output", responses={**ABOUT_ONE, **answers(409)})
-async def get_output(request: Request, terminal_id: TerminalId,
-                     mode: Annotated[str, Query(pattern="^(full|last)$")] = "full") -> dict:
+async def get_output(
+    request: Request, terminal_id: TerminalId, mode: Annotated[str, Query(pattern="^(full|last)$")] = "full"
+) -> dict:
     return {"output": await rt(request).terminals.output(terminal_id, mode), "mode": mode}
 
 
@@ -202,8 +263,12 @@ class HookBody(BaseModel):
 
 
 @router.post("/terminals/{terminal_id}/hooks", responses=ABOUT_ONE)
-async def post_hook(request: Request, terminal_id: TerminalId, body: HookBody,
-                    x_cao_hook_secret: Annotated[str | None, Header(max_length=128)] = None) -> dict:
+async def post_hook(
+    request: Request,
+    terminal_id: TerminalId,
+    body: HookBody,
+    x_cao_hook_secret: Annotated[str | None, Header(max_length=128)] = None,
+) -> dict:
     """A CLI's own hook event, sent by `cao-hook` with the terminal's secret (header
     `X-CAO-Hook-Secret`, from CAO_HOOK_SECRET in the agent's environment; 403 without it).
     The status monitor alone decides what it means, in order with the input before it."""
@@ -215,24 +280,34 @@ async def post_hook(request: Request, terminal_id: TerminalId, body: HookBody,
 
 # --- inbox --------------------------------------------------------------------------
 @router.post("/terminals/{receiver_id}/inbox/messages", responses=ABOUT_ONE)
-async def post_inbox_message(request: Request, receiver_id: TerminalId,
-                             sender_id: Annotated[str | None, Query(max_length=128)] = None,
-                             message: Annotated[str | None, Query(max_length=MAX_TEXT)] = None,
-                             body: Annotated[InboxPost | None, Body()] = None) -> dict:
+async def post_inbox_message(
+    request: Request,
+    receiver_id: TerminalId,
+    sender_id: Annotated[str | None, Query(max_length=128)] = None,
+    message: Annotated[str | None, Query(max_length=MAX_TEXT)] = None,
+    body: Annotated[InboxPost | None, Body()] = None,
+) -> dict:
     text = _text(body.message if body else None, message)
     sender = body.sender_id if body else sender_id
     if not sender:
         raise InvalidInput("sender_id is required")
     msg = await rt(request).inbox.post(receiver_id, sender, text)
-    return {"success": True, "message_id": msg.id, "sender_id": msg.sender_id,
-            "receiver_id": msg.receiver_id, "created_at": msg.created_at}
+    return {
+        "success": True,
+        "message_id": msg.id,
+        "sender_id": msg.sender_id,
+        "receiver_id": msg.receiver_id,
+        "created_at": msg.created_at,
+    }
 
 
-@router.get("/terminals/{terminal_id}/inbox/messages", response_model=list[InboxMessageOut],
-            responses=ABOUT_ONE)
-async def list_inbox_messages(request: Request, terminal_id: TerminalId,
-                              limit: Annotated[int, Query(ge=1, le=1000)] = 10,
-                              status: Annotated[str | None, Query(max_length=16)] = None) -> list[InboxMessageOut]:
+@router.get("/terminals/{terminal_id}/inbox/messages", response_model=list[InboxMessageOut], responses=ABOUT_ONE)
+async def list_inbox_messages(
+    request: Request,
+    terminal_id: TerminalId,
+    limit: Annotated[int, Query(ge=1, le=1000)] = 10,
+    status: Annotated[str | None, Query(max_length=16)] = None,
+) -> list[InboxMessageOut]:
     wanted = None
     if status is not None:
         try:
@@ -268,10 +343,18 @@ async def run_step(request: Request, body: RunStepBody) -> dict:
     fields = body.model_dump(exclude={"env_vars", "recovery"})
     if body.env_vars is None:
         result = await rt(request).orchestration.run_step(StepRequest(**fields))
-        return {"terminal_id": result.terminal_id, "last_message": result.last_message,
-                "status": result.status, "replayed": False, "elapsed": round(result.elapsed, 3)}
+        return {
+            "terminal_id": result.terminal_id,
+            "last_message": result.last_message,
+            "status": result.status,
+            "replayed": False,
+            "elapsed": round(result.elapsed, 3),
+            "provider": result.provider,
+        }
     if body.reuse_terminal_id is not None:
-        raise Unprocessable("env_vars and reuse_terminal_id cannot be combined: a workflow step "
-                            "always runs in a fresh terminal of its own")
+        raise Unprocessable(
+            "env_vars and reuse_terminal_id cannot be combined: a workflow step "
+            "always runs in a fresh terminal of its own"
+        )
     identity = parse_identity(body.env_vars)
     return await rt(request).step_gate.run(identity, StepRequest(**fields), body.recovery)

@@ -1,4 +1,5 @@
 """Pydantic models at the HTTP edge (inside, cao uses plain dataclasses)."""
+
 from __future__ import annotations
 
 from pydantic import BaseModel, ConfigDict, Field
@@ -28,12 +29,24 @@ class TerminalOut(BaseModel):
     last_active: str = ""
 
     @classmethod
-    def of(cls, t: Terminal) -> "TerminalOut":
-        return cls(id=t.id, name=t.window_name, session_name=t.session_name, provider=t.provider,
-                   agent_profile=t.agent_profile, working_directory=t.working_directory,
-                   caller_id=t.caller_id, model=t.model, allowed_tools=t.allowed_tools,
-                   status=t.status.value, status_source=t.status_source, status_reason=t.status_reason,
-                   gone=t.gone, created_at=t.created_at, last_active=t.last_active)
+    def of(cls, t: Terminal) -> TerminalOut:
+        return cls(
+            id=t.id,
+            name=t.window_name,
+            session_name=t.session_name,
+            provider=t.provider,
+            agent_profile=t.agent_profile,
+            working_directory=t.working_directory,
+            caller_id=t.caller_id,
+            model=t.model,
+            allowed_tools=t.allowed_tools,
+            status=t.status.value,
+            status_source=t.status_source,
+            status_reason=t.status_reason,
+            gone=t.gone,
+            created_at=t.created_at,
+            last_active=t.last_active,
+        )
 
 
 class InitialMessage(BaseModel):
@@ -71,6 +84,14 @@ class InboxMessageOut(BaseModel):
     error: str | None = None
 
     @classmethod
-    def of(cls, m: InboxMessage) -> "InboxMessageOut":
-        return cls(id=m.id, sender_id=m.sender_id, receiver_id=m.receiver_id, message=m.message,
-                   status=m.status.value, created_at=m.created_at, delivered_at=m.delivered_at, error=m.error)
+    def of(cls, m: InboxMessage) -> InboxMessageOut:
+        return cls(
+            id=m.id,
+            sender_id=m.sender_id,
+            receiver_id=m.receiver_id,
+            message=m.message,
+            status=m.status.value,
+            created_at=m.created_at,
+            delivered_at=m.delivered_at,
+            error=m.error,
+        )

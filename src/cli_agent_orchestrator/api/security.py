@@ -4,6 +4,7 @@ A browser page on another site can make a victim's browser POST to
 127.0.0.1:9889; the Origin check refuses such state-changing requests. A
 rebinding attack arrives with a foreign Host header; the Host check refuses it.
 """
+
 from __future__ import annotations
 
 import json
@@ -71,8 +72,14 @@ class RequestGate:
             return await _reject(scope, send, 400, "Invalid host header")
         origin = headers.get("origin", "")
         method = scope.get("method", "GET")
-        if (scope["type"] == "http" and method in _STATE_CHANGING and origin and not self.any_origin
-                and not same_origin(origin, host) and origin not in self.origins):
+        if (
+            scope["type"] == "http"
+            and method in _STATE_CHANGING
+            and origin
+            and not self.any_origin
+            and not same_origin(origin, host)
+            and origin not in self.origins
+        ):
             return await _reject(scope, send, 403, "Cross-origin request blocked")
         return await self.app(scope, receive, send)
 
@@ -82,6 +89,11 @@ async def _reject(scope, send, status: int, detail: str) -> None:
         await send({"type": "websocket.close", "code": 4403})
         return
     body = json.dumps({"detail": detail}).encode()
-    await send({"type": "http.response.start", "status": status,
-                "headers": [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())]})
+    await send(
+        {
+            "type": "http.response.start",
+            "status": status,
+            "headers": [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())],
+        }
+    )
     await send({"type": "http.response.body", "body": body})

@@ -5,19 +5,23 @@ or a Server-Sent Events follow driven by the bus).
 `/workflows/runs…` routes are declared before `/workflows/{name}` so that a spec can
 never shadow them.
 """
+
 from __future__ import annotations
 
 import json
 import re
-from typing import Annotated, Any, AsyncIterator, Literal
+from collections.abc import AsyncIterator
+from typing import Annotated, Any, Literal
 
 from fastapi import APIRouter, Header, Path, Query, Request, Response, status
 from fastapi.responses import JSONResponse, StreamingResponse
 from pydantic import BaseModel, ConfigDict, Field
 
 from ..errors import InvalidInput, NotFound
-from ..services.workflow_state import FINAL_EVENTS
+from ..events import WorkflowEvent
 from ..workflows.inputs import MAX_INPUTS_BYTES, inputs_size
+from ..workflows.records import Decision, EventRecord
+from ..workflows.service import WorkflowService
 from .errors import EVERY_ROUTE, answers
 from .events_stream import SSE_CONTENT
 from .limits import StrictJsonRoute
@@ -32,16 +36,20 @@ SpecName = Annotated[str, Path(max_length=64, description="workflow name: 1-64 o
 READS_RUN = answers(404, 422, 503)
 STARTS_RUN = answers(404, 409, 422, 501, 503)
 CHANGES_RUN = answers(404, 409, 422, 503)
-SSE_OR_JSON = {200: {"description": "A batch of events (JSON), or with `stream=true` / "
-                                    "`Accept: text/event-stream` a Server-Sent Events follow",
-                     "content": SSE_CONTENT}}
+SSE_OR_JSON: dict[int | str, dict[str, Any]] = {
+    200: {
+        "description": "A batch of events (JSON), or with `stream=true` / "
+        "`Accept: text/event-stream` a Server-Sent Events follow",
+        "content": SSE_CONTENT,
+    }
+}
 KEEPALIVE_S = 15.0
 EVENTS_PAGE = 500
 MAX_SEQ = 2**63 - 1  # SQLite's largest INTEGER: a larger `after_seq` cannot even be compared
 BLOCKING_WAIT_S = 8820.0
 
 
-def service(request: Request):
+def service(request: Request) -> WorkflowService:
     return request.app.state.runtime.workflows
 
 
@@ -74,8 +82,15 @@ class StepOutputBody(BaseModel):
 
 def _links(run_id: str) -> dict[str, str]:
     base = f"/workflows/runs/{run_id}"
-    return {"self": base, "status": base, "result": f"{base}/result", "cancel": f"{base}/cancel",
-            "resume": f"{base}/resume", "events": f"{base}/events", "wait": f"{base}/wait"}
+    return {
+        "self": base,
+        "status": base,
+        "result": f"{base}/result",
+        "cancel": f"{base}/cancel",
+        "resume": f"{base}/resume",
+        "events": f"{base}/events",
+        "wait": f"{base}/wait",
+    }
 
 
 def _check_inputs_size(inputs: dict[str, Any]) -> None:
@@ -104,60 +119,64 @@ async def run_blocking(request: Request, body: RunBody) -> dict:
     """Start a run and answer when it ends, with its output."""
     _check_inputs_size(body.inputs)
     svc = service(request)
-    drive = await svc.start(body.name_or_path, body.inputs, body.run_id)
-    await svc.wait_finished(drive.run_id, BLOCKING_WAIT_S)
-    return await svc.result(drive.run_id)
+    drive = await svc.runs.start(body.name_or_path, body.inputs, body.run_id)
+    await svc.runs.wait_finished(drive.run_id, BLOCKING_WAIT_S)
+    return await svc.views.result(drive.run_id)
 
 
 @router.post("/runs:submit", status_code=status.HTTP_202_ACCEPTED, responses=STARTS_RUN)
 async def run_submit(request: Request, body: RunBody) -> dict:
     """Start a run and answer at once; the run is journaled before this returns."""
     _check_inputs_size(body.inputs)
-    drive = await service(request).start(body.name_or_path, body.inputs, body.run_id)
+    drive = await service(request).runs.start(body.name_or_path, body.inputs, body.run_id)
     return {"run_id": drive.run_id, "state": "running", "links": _links(drive.run_id)}
 
 
 @router.get("/runs", responses=answers(422, 503))
-async def list_runs(request: Request, state: Annotated[str | None, Query(max_length=16)] = None,
-                    limit: Annotated[int, Query(ge=1, le=500)] = 50) -> list[dict]:
-    return await service(request).list_runs(state, limit)
+async def list_runs(
+    request: Request,
+    state: Annotated[str | None, Query(max_length=16)] = None,
+    limit: Annotated[int, Query(ge=1, le=500)] = 50,
+) -> list[dict]:
+    return await service(request).views.list_runs(state, limit)
 
 
 @router.get("/runs/{run_id}", responses=READS_RUN)
 async def run_status(request: Request, run_id: RunId) -> dict:
-    return await service(request).status(run_id)
+    return await service(request).views.status(run_id)
 
 
 @router.get("/runs/{run_id}/result", responses=READS_RUN)
 async def run_result(request: Request, run_id: RunId) -> dict:
-    return await service(request).result(run_id)
+    return await service(request).views.result(run_id)
 
 
 @router.get("/runs/{run_id}/wait", responses=READS_RUN)
-async def run_wait(request: Request, run_id: RunId,
-                   timeout: Annotated[float, Query(ge=0, le=3600, allow_inf_nan=False)] = 60.0) -> dict:
+async def run_wait(
+    request: Request, run_id: RunId, timeout: Annotated[float, Query(ge=0, le=3600, allow_inf_nan=False)] = 60.0
+) -> dict:
     """Long-poll: answers when the run's drive ends or after `timeout` seconds
     (`finished: false`); driven by the drive's end, not by polling."""
     svc = service(request)
-    finished = await svc.wait_finished(run_id, timeout)
-    return {"finished": finished, **await svc.status(run_id)}
+    finished = await svc.runs.wait_finished(run_id, timeout)
+    return {"finished": finished, **await svc.views.status(run_id)}
 
 
 @router.get("/runs/{run_id}/compare", responses=READS_RUN)
 async def run_compare(request: Request, run_id: RunId, against: Annotated[str, Query(max_length=64)]) -> dict:
     """This run (the baseline) next to run `against`, step by step."""
-    return await service(request).compare(run_id, against)
+    return await service(request).views.compare(run_id, against)
 
 
 @router.get("/runs/{run_id}/diagnostics", responses=READS_RUN)
 async def run_diagnostics(request: Request, run_id: RunId) -> dict:
     """Everything about one run worth attaching to a bug report (credential-like inputs masked)."""
-    return await service(request).diagnostics(run_id)
+    return await service(request).views.diagnostics(run_id)
 
 
 @router.post("/runs/{run_id}/cancel", responses=CHANGES_RUN)
 async def run_cancel(request: Request, run_id: RunId) -> dict:
-    await service(request).cancel(run_id)
+    await service(request).runs.cancel(run_id)
     return {"success": True, "run_id": run_id}
 
 
@@ -167,89 +186,97 @@ async def run_resume(request: Request, run_id: RunId, body: ResumeBody | None = 
     each for halted steps. Blocks until the drive ends unless `wait` is false (202)."""
     body = body or ResumeBody()
     svc = service(request)
-    drive = await svc.resume(run_id, body.decisions)
+    drive = await svc.runs.resume(run_id, {step: Decision(d) for step, d in body.decisions.items()})
     if not body.wait:
-        return JSONResponse({"run_id": run_id, "state": "running", "generation": drive.generation,
-                             "links": _links(run_id)}, status_code=status.HTTP_202_ACCEPTED)
-    await svc.wait_finished(run_id, BLOCKING_WAIT_S)
-    return JSONResponse(await svc.result(run_id))
+        return JSONResponse(
+            {"run_id": run_id, "state": "running", "generation": drive.generation, "links": _links(run_id)},
+            status_code=status.HTTP_202_ACCEPTED,
+        )
+    await svc.runs.wait_finished(run_id, BLOCKING_WAIT_S)
+    return JSONResponse(await svc.views.result(run_id))
 
 
-@router.delete("/runs/{run_id}", status_code=status.HTTP_204_NO_CONTENT,
-                responses=answers(409, 422, 503))
+@router.delete("/runs/{run_id}", status_code=status.HTTP_204_NO_CONTENT, responses=answers(409, 422, 503))
 async def run_delete(request: Request, run_id: RunId) -> Response:
-    await service(request).delete_run(run_id)
+    await service(request).runs.delete_run(run_id)
     return Response(status_code=status.HTTP_204_NO_CONTENT)
 
 
 @router.post("/runs/{run_id}/steps/{step_id}/output", responses=CHANGES_RUN)
-async def step_output(request: Request, run_id: RunId, step_id: Annotated[str, Path(max_length=64)],
-                      body: StepOutputBody) -> dict:
+async def step_output(
+    request: Request, run_id: RunId, step_id: Annotated[str, Path(max_length=64)], body: StepOutputBody
+) -> dict:
     """Structured output for a step (MCP `workflow_return` from the step's agent)."""
-    return await service(request).record_step_output(run_id, step_id, body.output, body.generation)
+    return await service(request).runs.record_step_output(run_id, step_id, body.output, body.generation)
 
 
 @router.get("/runs/{run_id}/events", responses={**SSE_OR_JSON, **answers(422, 503)})
-async def run_events(request: Request, run_id: RunId,
-                     after_seq: Annotated[int, Query(ge=0, le=MAX_SEQ)] = 0,
-                     limit: Annotated[int, Query(ge=1, le=EVENTS_PAGE)] = EVENTS_PAGE,
-                     stream: bool = False, accept: Annotated[str | None, Header()] = None,
-                     last_event_id: Annotated[str | None, Header()] = None) -> Response:
+async def run_events(
+    request: Request,
+    run_id: RunId,
+    after_seq: Annotated[int, Query(ge=0, le=MAX_SEQ)] = 0,
+    limit: Annotated[int, Query(ge=1, le=EVENTS_PAGE)] = EVENTS_PAGE,
+    stream: bool = False,
+    accept: Annotated[str | None, Header()] = None,
+    last_event_id: Annotated[str | None, Header()] = None,
+) -> Response:
     """The run's timeline after `after_seq`: a batch, or (with `stream=true` or
     `Accept: text/event-stream`) a live follow that ends when the drive ends."""
     if last_event_id and re.fullmatch(r"[0-9]{1,18}", last_event_id):  # else ignored, as SSE allows
         after_seq = max(after_seq, int(last_event_id))
-    svc = service(request)
-    journal = svc.journal
+    views = service(request).views
     if not (stream or (accept or "").startswith("text/event-stream")):
         try:
-            await svc.get_run(run_id)
+            await views.get_run(run_id)
         except NotFound:
             return JSONResponse({"events": [], "gaps": [], "next_after_seq": after_seq, "run_absent": True})
-        rows = await svc.store.run(journal.events, run_id, after_seq, limit)
-        return JSONResponse({"events": rows, "gaps": [], "next_after_seq": rows[-1]["seq"] if rows else after_seq})
-    return StreamingResponse(_follow(request, svc, run_id, after_seq), media_type="text/event-stream",
-                             headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"})
+        rows = await views.timeline(run_id, after_seq, limit)
+        return JSONResponse(
+            {"events": [r.as_json() for r in rows], "gaps": [], "next_after_seq": rows[-1].seq if rows else after_seq}
+        )
+    return StreamingResponse(
+        _follow(request, run_id, after_seq),
+        media_type="text/event-stream",
+        headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"},
+    )
 
 
-def _frame(row: dict) -> bytes:
-    return f"event: {row['type']}\nid: {row['seq']}\ndata: {json.dumps(row)}\n\n".encode()
+def _frame(entry: EventRecord) -> bytes:
+    return f"event: {entry.type}\nid: {entry.seq}\ndata: {json.dumps(entry.as_json())}\n\n".encode()
 
 
-async def _follow(request: Request, svc: Any, run_id: str, after_seq: int) -> AsyncIterator[bytes]:
-    bus = svc.bus
+async def _follow(request: Request, run_id: str, after_seq: int) -> AsyncIterator[bytes]:
+    views, bus = service(request).views, request.app.state.runtime.bus
     # Subscribe before reading the backlog, so nothing falls between the two.
     sub = bus.open_stream(f"wf-sse:{id(request)}", f"workflow.{run_id}.event")
     try:
         try:
-            await svc.get_run(run_id)
+            await views.get_run(run_id)
         except (NotFound, InvalidInput):
             yield f"event: run_absent\ndata: {json.dumps({'run_id': run_id})}\n\n".encode()
             return
         last = after_seq
         while True:
-            rows = await svc.store.run(svc.journal.events, run_id, last, EVENTS_PAGE)
+            rows = await views.timeline(run_id, last, EVENTS_PAGE)
             for row in rows:
                 yield _frame(row)
-                last = row["seq"]
+                last = row.seq
             if len(rows) < EVENTS_PAGE:
                 break
-        if run_id not in svc.registry.drives:
+        if not views.driving(run_id):
             return  # nothing is driving it: the timeline is complete
         while not await request.is_disconnected():
             event = await bus.next_event(sub, KEEPALIVE_S)
             if event is None:
                 yield b": keepalive\n\n"
-                if run_id not in svc.registry.drives:
+                if not views.driving(run_id):
                     return
                 continue
-            if event.seq <= last:
+            if not isinstance(event, WorkflowEvent) or event.seq <= last:
                 continue
-            row = {"seq": event.seq, "run_id": event.run_id, "type": event.type, "step_id": event.step_id,
-                   "generation": event.generation, "data": event.data, "at": event.at}
-            yield _frame(row)
+            yield _frame(event.timeline_entry())
             last = event.seq
-            if event.type in FINAL_EVENTS:
+            if event.ends_drive:
                 return
     finally:
         bus.close_stream(sub)

@@ -4,6 +4,7 @@ tmux is one adapter (backends/tmux.py); a remote host or another multiplexer
 can be another. The backend also owns the *output source*: it publishes each
 terminal's output and death on the event bus, keyed by terminal id.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -41,9 +42,17 @@ class TerminalBackend(Protocol):
         """`{"status": "ok"}`, or `{"status": "down", "reason": …}` after the server was lost
         (the backend then publishes BackendLost)."""
 
-    async def create_window(self, terminal_id: str, session_name: str, window_name: str,
-                            working_directory: str, command: str, new_session: bool,
-                            watch: bool = True, tag: str | None = None) -> WindowRef:
+    async def create_window(
+        self,
+        terminal_id: str,
+        session_name: str,
+        window_name: str,
+        working_directory: str,
+        command: str,
+        new_session: bool,
+        watch: bool = True,
+        tag: str | None = None,
+    ) -> WindowRef:
         """Start `command` (a shell line of cao's own making) in a new window; with `watch`,
         publish its output from the first byte. Names and the directory are taken
         literally, never as backend syntax. A failed creation leaves nothing behind."""
@@ -63,8 +72,9 @@ class TerminalBackend(Protocol):
     async def send_keys(self, window_id: str, keys: list[str]) -> None:
         """Press named keys; raises AgentExited like `paste`."""
 
-    async def capture(self, window_id: str, *, history: bool = False, escapes: bool = False,
-                      start: int | None = None) -> str: ...
+    async def capture(
+        self, window_id: str, *, history: bool = False, escapes: bool = False, start: int | None = None
+    ) -> str: ...
 
     async def position(self, window_id: str) -> tuple[int, int] | None:
         """(history size, cursor row): the absolute line where typed text lands next."""

@@ -18,65 +18,70 @@ every pane) and otherwise publishes `BackendLost`; the next terminal starts a ne
 
 `CAO_OUTPUT_SOURCE=pipe-pane` selects the fallback source instead (tmux_pipe.py: pipe-pane
 into one FIFO per terminal); it carries no commands, so every command then runs as a tmux
-client process.
+client process (tmux_process.py).
+
+This module is the backend itself: lifecycle, recovery and the protocol's methods. Quoting
+lives in tmux_commands.py, the window layout in tmux_windows.py, input in tmux_input.py.
 """
+
 from __future__ import annotations
 
 import asyncio
 import logging
-import os
-import re
 import shutil
-import uuid
+from collections.abc import Callable, Coroutine
 from pathlib import Path
+from typing import Any
 
 from ..bus import EventBus
-from ..errors import AgentExited, BackendError
+from ..errors import BackendError
 from ..events import BackendLost, TerminalExited
+from . import tmux_input
 from .base import WindowInfo, WindowRef
-from .tmux_control import ControlClient, PaneMap, Reply, quote
+from .tmux_commands import Reply, window_target
+from .tmux_control import ControlClient
+from .tmux_panes import PaneMap
 from .tmux_pipe import PipePaneSource
+from .tmux_process import run_client
+from .tmux_windows import (
+    LIST_FORMAT,
+    MONITOR_SESSION,
+    create_window_commands,
+    created_window,
+    parse_window_list,
+    server_start_commands,
+)
 
 log = logging.getLogger(__name__)
 
-MONITOR_SESSION = "_cao_monitor"
-PANE_WIDTH, PANE_HEIGHT = 220, 50
-HISTORY_LIMIT = 100_000
 OUTPUT_SOURCES = ("control", "pipe-pane")
 # Reconnecting the control client while the tmux server lives: delays between attempts.
 RECONNECT_DELAYS_S = (0.0, 0.2, 0.5, 1.0, 2.0, 4.0)
-# A tmux client process that takes this long is talking to a wedged server.
-PROCESS_TIMEOUT_S = 10.0
-_DEAD = "cao-pane-dead"
-_WINDOW_ID = re.compile(r"\A@[0-9]+\Z")
-_LIST_FORMAT = ("#{session_name}\t#{window_id}\t#{pane_id}\t#{window_name}\t#{pane_dead}\t"
-                "#{pane_dead_status}\t#{window_width}\t#{window_height}\t#{@cao_tag}")
 
 
 def tmux_missing_message() -> str:
-    return ("tmux was not found on PATH. cao runs every agent in tmux; install it first "
-            "(Debian/Ubuntu: `sudo apt-get install tmux`, Fedora: `sudo dnf install tmux`, "
-            "macOS: `brew install tmux`).")
-
-
-def literal(text: str) -> str:
-    """An argument tmux expands as a format (`-c`, `-n`), made to mean exactly `text`."""
-    return text.replace("#", "##")
-
-
-def _window(window_id: str) -> str:
-    """Window ids come from tmux, but they are placed inside command strings here: check."""
-    if not _WINDOW_ID.match(window_id or ""):
-        raise BackendError(f"not a tmux window id: {window_id!r}")
-    return window_id
+    return (
+        "tmux was not found on PATH. cao runs every agent in tmux; install it first "
+        "(Debian/Ubuntu: `sudo apt-get install tmux`, Fedora: `sudo dnf install tmux`, "
+        "macOS: `brew install tmux`)."
+    )
 
 
 class TmuxBackend:
     name = "tmux"
 
-    def __init__(self, socket_name: str, bus: EventBus, output_source: str = "control",
-                 fifo_dir: Path | None = None, stall_s: float | None = None):
+    def __init__(
+        self,
+        socket_name: str,
+        bus: EventBus,
+        output_source: str = "control",
+        fifo_dir: Path | None = None,
+        stall_s: float | None = None,
+        spawn: Callable[[Coroutine[Any, Any, Any], str], Any] | None = None,
+    ):
+        """`spawn(coro, name)` starts a background task (the runtime's task group)."""
         self.stall_s = stall_s
+        self.spawn = spawn or (lambda coro, name: asyncio.get_running_loop().create_task(coro, name=name))
         self.socket_name = socket_name
         self.bus = bus
         self.binary = shutil.which("tmux")
@@ -84,8 +89,10 @@ class TmuxBackend:
             raise BackendError(tmux_missing_message())
         kind = output_source.strip().lower() or "control"
         if kind not in OUTPUT_SOURCES:
-            raise BackendError(f"unknown output source {output_source!r} (CAO_OUTPUT_SOURCE): "
-                               f"use 'control' (the default, tmux control mode) or 'pipe-pane'")
+            raise BackendError(
+                f"unknown output source {output_source!r} (CAO_OUTPUT_SOURCE): "
+                f"use 'control' (the default, tmux control mode) or 'pipe-pane'"
+            )
         if kind == "pipe-pane" and fifo_dir is None:
             raise BackendError("the pipe-pane output source needs a FIFO directory")
         self.output_source = kind
@@ -112,32 +119,20 @@ class TmuxBackend:
     async def run_reply(self, *args: str, input_bytes: bytes | None = None) -> Reply:
         # Only the control client carries commands; the pipe-pane source has none.
         control = self._source if isinstance(self._source, ControlClient) else None
-        if (input_bytes is None and control is not None and control.alive
-                and not any("\n" in a or "\r" in a for a in args)):
+        if (
+            input_bytes is None
+            and control is not None
+            and control.alive
+            and not any("\n" in a or "\r" in a for a in args)
+        ):
             reply = await control.command(list(args))
             if reply.ok or control.alive:
                 return reply
             # The channel broke under this command: it may not have run; say so.
             return Reply(False, reply.blocks, reply.error or "tmux control channel lost")
-        return await self._run_process(*args, input_bytes=input_bytes)
-
-    async def _run_process(self, *args: str, input_bytes: bytes | None = None) -> Reply:
-        """A tmux client process: for the first command (no control client yet), for
-        commands that read stdin (load-buffer) and for all of them with pipe-pane."""
-        env = dict(os.environ)
-        env.pop("TMUX", None)  # we address our own server by -L, never the caller's
-        proc = await asyncio.create_subprocess_exec(
-            *self.base_argv(), *args,
-            stdin=asyncio.subprocess.PIPE if input_bytes is not None else asyncio.subprocess.DEVNULL,
-            stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE, env=env)
-        try:
-            out, err = await asyncio.wait_for(proc.communicate(input_bytes), PROCESS_TIMEOUT_S)
-        except asyncio.TimeoutError:
-            proc.kill()
-            await proc.wait()
-            return Reply(False, [], f"tmux did not answer within {PROCESS_TIMEOUT_S:.0f}s")
-        lines = out.decode("utf-8", errors="replace").splitlines()
-        return Reply(proc.returncode == 0, [lines] if lines else [], err.decode(errors="replace"))
+        # A tmux client process: for the first command (no control client yet), for
+        # commands that read stdin (load-buffer) and for all of them with pipe-pane.
+        return await run_client(self.base_argv(), args, input_bytes)
 
     # --- lifecycle --------------------------------------------------------------
     async def start(self) -> None:
@@ -151,12 +146,18 @@ class TmuxBackend:
         await self._ensure_server()
         if self.output_source == "pipe-pane":
             assert self.fifo_dir is not None
-            self._source = PipePaneSource(self.base_argv(), self.fifo_dir, self.bus, self.panes,
-                                          on_lost=self._on_source_lost)
+            self._source = PipePaneSource(
+                self.base_argv(), self.fifo_dir, self.bus, self.panes, on_lost=self._on_source_lost
+            )
         else:
-            self._source = ControlClient(self.base_argv(), MONITOR_SESSION, self.bus, self.panes,
-                                         on_lost=self._on_source_lost,
-                                         **({"stall_s": self.stall_s} if self.stall_s else {}))
+            self._source = ControlClient(
+                self.base_argv(),
+                MONITOR_SESSION,
+                self.bus,
+                self.panes,
+                on_lost=self._on_source_lost,
+                **({"stall_s": self.stall_s} if self.stall_s else {}),
+            )
         try:
             await self._source.start()
         except (ConnectionError, OSError) as exc:
@@ -176,20 +177,10 @@ class TmuxBackend:
     async def _ensure_server(self) -> None:
         if await self.session_exists(MONITOR_SESSION):
             return
-        # -f /dev/null: a user's tmux.conf must not change how agents are started.
-        # remain-on-exit keeps a dead agent's last screen (and its exit code) readable.
-        await self.run(
-            "-f", "/dev/null", "new-session", "-d", "-s", MONITOR_SESSION,
-            "-x", str(PANE_WIDTH), "-y", str(PANE_HEIGHT), "tail -f /dev/null", ";",
-            "set-option", "-g", "default-shell", "/bin/sh", ";",
-            "set-option", "-g", "history-limit", str(HISTORY_LIMIT), ";",
-            "set-option", "-g", "default-size", f"{PANE_WIDTH}x{PANE_HEIGHT}", ";",
-            "set-option", "-g", "remain-on-exit", "on", ";",
-            "set-option", "-g", "allow-rename", "off", ";",
-            "set-option", "-g", "automatic-rename", "off")
+        await self.run(*server_start_commands())
 
     async def server_running(self) -> bool:
-        return (await self._run_process("list-sessions", "-F", "x")).ok
+        return (await run_client(self.base_argv(), ("list-sessions", "-F", "x"))).ok
 
     def health(self) -> dict:
         """`{"status": "ok"|"down", "reason": …}` for /health."""
@@ -201,7 +192,7 @@ class TmuxBackend:
     def _on_source_lost(self, reason: str) -> None:
         if self._stopping or (self._recovery is not None and not self._recovery.done()):
             return
-        self._recovery = asyncio.get_running_loop().create_task(self._recover(reason), name="tmux-recover")
+        self._recovery = self.spawn(self._recover(reason), "tmux-recover")
 
     async def _recover(self, reason: str) -> None:
         """The output source ended. A live tmux server gets a new client (its panes re-read
@@ -224,8 +215,11 @@ class TmuxBackend:
                 log.warning("tmux output source reconnected after: %s", reason)
                 await self._reconcile()
                 return
-            why = (f"the tmux server of this cao home ({self.socket_name}) ended: {error}"
-                   if not await self.server_running() else f"lost the tmux server: {error}")
+            why = (
+                f"the tmux server of this cao home ({self.socket_name}) ended: {error}"
+                if not await self.server_running()
+                else f"lost the tmux server: {error}"
+            )
             self.down_reason = why
             watched = list(self.panes.pane_of_terminal)
             for terminal_id in watched:
@@ -261,38 +255,27 @@ class TmuxBackend:
         return self._source
 
     # --- windows ----------------------------------------------------------------
-    async def create_window(self, terminal_id: str, session_name: str, window_name: str,
-                            working_directory: str, command: str, new_session: bool,
-                            watch: bool = True, tag: str | None = None) -> WindowRef:
+    async def create_window(
+        self,
+        terminal_id: str,
+        session_name: str,
+        window_name: str,
+        working_directory: str,
+        command: str,
+        new_session: bool,
+        watch: bool = True,
+        tag: str | None = None,
+    ) -> WindowRef:
         await self.start()
-        ids = "#{window_id} #{pane_id}"
-        common = ["-n", literal(window_name), "-c", literal(working_directory),
-                  "-e", f"CAO_TERMINAL_ID={terminal_id}", "-P", "-F", ids, command]
-        if new_session:
-            create = ["new-session", "-d", "-s", session_name, "-x", str(PANE_WIDTH), "-y", str(PANE_HEIGHT),
-                      *common]
-            this = f"={session_name}:^"  # the new session's only window
-            link = ["link-window", "-d", "-s", this, "-t", f"={MONITOR_SESSION}:"] if watch else []
-        elif watch:
-            # Born in the monitor session, so its first byte of output is read; `-a` after
-            # `{end}` makes it the new `{end}` for the commands that follow in this list.
-            this = f"={MONITOR_SESSION}:{{end}}"
-            create = ["new-window", "-d", "-a", "-t", this, *common]
-            link = ["link-window", "-d", "-s", this, "-t", f"={session_name}:"]
-        else:
-            create = ["new-window", "-d", "-t", f"={session_name}:", *common]
-            this, link = "", []
-        tail: list[str] = []
-        if link:
-            tail += [";", *link]
-        if tag is not None and this:
-            tail += [";", "set-option", "-w", "-t", this, "@cao_tag", tag]
+        commands = create_window_commands(
+            terminal_id, session_name, window_name, working_directory, command, new_session, watch, tag
+        )
+        this, tail = commands.target, list(commands.tail)
         source = self.source if watch else None
         if isinstance(source, PipePaneSource):
             tail += [";", *source.pipe_args(terminal_id, this)]
-        reply = await self.run_reply(*create, *tail)
-        first = reply.blocks[0][0].split() if reply.blocks and reply.blocks[0] else []
-        made = WindowRef(first[0], first[1]) if len(first) == 2 and _WINDOW_ID.match(first[0]) else None
+        reply = await self.run_reply(*commands.create, *tail)
+        made = created_window(reply)
         if not reply.ok or made is None:
             if isinstance(source, PipePaneSource):
                 source.unwatch(terminal_id)  # drops a FIFO made for this window
@@ -324,42 +307,17 @@ class TmuxBackend:
         return self._source is not None and self._source.request_snapshot(terminal_id)
 
     async def paste(self, window_id: str, text: str) -> None:
-        window = _window(window_id)
-        buffer = f"cao-{uuid.uuid4().hex[:12]}"
-        # load-buffer from stdin + paste-buffer -p (bracketed) -d (delete buffer): the text
-        # never passes through a shell or tmux's parser. if-shell -F decides inside tmux,
-        # in the same command, that the pane is alive: nothing can die in between.
-        reply = await self.run_reply(
-            "load-buffer", "-b", buffer, "-", ";",
-            "if-shell", "-F", "-t", window, "#{pane_dead}",
-            f"delete-buffer -b {buffer} ; display-message -p {_DEAD}",
-            f"paste-buffer -p -d -b {buffer} -t {window}",
-            input_bytes=text.encode("utf-8"))
-        await self._check_alive(reply, window, cleanup=["delete-buffer", "-b", buffer])
+        await tmux_input.paste(self, window_id, text)
 
     async def send_keys(self, window_id: str, keys: list[str]) -> None:
-        window = _window(window_id)
-        typed = " ".join(quote(k) for k in keys)
-        reply = await self.run_reply("if-shell", "-F", "-t", window, "#{pane_dead}",
-                                     f"display-message -p {_DEAD}", f"send-keys -t {window} {typed}")
-        await self._check_alive(reply, window)
+        await tmux_input.send_keys(self, window_id, keys)
 
-    async def _check_alive(self, reply: Reply, window: str, cleanup: list[str] | None = None) -> None:
-        if reply.ok and _DEAD not in reply.text.split():
-            return
-        if cleanup:
-            await self.run(*cleanup, check=False)
-        if reply.ok:
-            raise AgentExited("the agent's process has exited (its pane is dead)")
-        if "can't find" in reply.error:
-            raise AgentExited("the agent's tmux window no longer exists")
-        raise BackendError(f"tmux refused input for {window}: {reply.error.strip()}")
-
-    async def capture(self, window_id: str, *, history: bool = False, escapes: bool = False,
-                      start: int | None = None) -> str:
+    async def capture(
+        self, window_id: str, *, history: bool = False, escapes: bool = False, start: int | None = None
+    ) -> str:
         """The pane's text: the visible screen, the whole history, or from line `start`
         (tmux numbering: 0 is the top visible row, negative numbers reach into history)."""
-        args = ["capture-pane", "-p", "-t", _window(window_id)]
+        args = ["capture-pane", "-p", "-t", window_target(window_id)]
         if history:
             args += ["-J", "-S", "-"]
         elif start is not None:
@@ -371,20 +329,22 @@ class TmuxBackend:
     async def position(self, window_id: str) -> tuple[int, int] | None:
         """(history_size, cursor_y): where the next text will land, as an absolute line
         number history_size + cursor_y that stays valid while lines scroll into history."""
-        out = await self.run("display-message", "-p", "-t", _window(window_id),
-                             "#{history_size} #{cursor_y}", check=False)
+        out = await self.run(
+            "display-message", "-p", "-t", window_target(window_id), "#{history_size} #{cursor_y}", check=False
+        )
         parts = out.split()
         if len(parts) != 2 or not all(p.isdigit() for p in parts):
             return None
         return int(parts[0]), int(parts[1])
 
     async def current_path(self, window_id: str) -> str | None:
-        out = await self.run("display-message", "-p", "-t", _window(window_id), "#{pane_current_path}",
-                             check=False)
+        out = await self.run(
+            "display-message", "-p", "-t", window_target(window_id), "#{pane_current_path}", check=False
+        )
         return out.strip() or None
 
     async def kill_window(self, window_id: str) -> None:
-        await self.run("kill-window", "-t", _window(window_id), check=False)
+        await self.run("kill-window", "-t", window_target(window_id), check=False)
 
     async def kill_session(self, session_name: str) -> None:
         # Windows also linked into the monitor session survive kill-session, so
@@ -395,22 +355,7 @@ class TmuxBackend:
         await self.run("kill-session", "-t", f"={session_name}", check=False)
 
     async def list_windows(self) -> list[WindowInfo]:
-        out = await self.run("list-panes", "-a", "-F", _LIST_FORMAT, check=False)
-        seen: dict[str, WindowInfo] = {}
-        for line in out.splitlines():
-            parts = line.split("\t")
-            if len(parts) != 9:
-                continue
-            session, window_id, pane_id, name, dead, status, width, height, tag = parts
-            if session == MONITOR_SESSION and window_id in seen:
-                continue
-            info = WindowInfo(session, window_id, pane_id, name, dead == "1",
-                              int(status) if status.lstrip("-").isdigit() else None,
-                              int(width or 0), int(height or 0), tag)
-            # Prefer the cao-* session's view of a window linked into two sessions.
-            if window_id not in seen or seen[window_id].session_name == MONITOR_SESSION:
-                seen[window_id] = info
-        return list(seen.values())
+        return parse_window_list(await self.run("list-panes", "-a", "-F", LIST_FORMAT, check=False))
 
     async def session_exists(self, session_name: str) -> bool:
         return (await self.run_reply("has-session", "-t", f"={session_name}")).ok

@@ -3,6 +3,7 @@
 Every failure becomes a `click.ClickException`, so click prints `Error: ...`
 and exits with code 1 and no traceback.
 """
+
 from __future__ import annotations
 
 from typing import Any
@@ -11,6 +12,7 @@ import click
 import httpx
 
 from ..auth_token import auth_headers
+from ..client_edge import describe_detail
 from ..settings import Settings
 
 LAUNCH_TIMEOUT = 120.0  # creating a session waits for the agent CLI to become ready
@@ -28,24 +30,6 @@ class ServerUnavailable(click.ClickException):
     """Nothing answered at the server's address (or it did not answer in time)."""
 
 
-def describe_detail(detail: Any) -> str:
-    """Turn the server's `detail` (string, error object or validation list) into one message."""
-    if isinstance(detail, str):
-        return detail
-    if isinstance(detail, dict) and "message" in detail:
-        return str(detail["message"])
-    if isinstance(detail, list):  # FastAPI request validation: [{"loc": [...], "msg": ...}]
-        parts = []
-        for item in detail:
-            if isinstance(item, dict):
-                loc = [str(p) for p in item.get("loc", []) if p not in ("query", "body", "path")]
-                parts.append(f"{'.'.join(loc)}: {item.get('msg', item)}" if loc else str(item.get("msg", item)))
-            else:
-                parts.append(str(item))
-        return "; ".join(parts)
-    return str(detail)
-
-
 class CaoClient:
     def __init__(self, base_url: str, timeout: float, settings: Settings | None = None):
         self.base_url = base_url
@@ -57,25 +41,34 @@ class CaoClient:
         self._http = httpx.Client(base_url=base_url, timeout=timeout, trust_env=False, headers=headers)
 
     @classmethod
-    def from_env(cls) -> "CaoClient":
+    def from_env(cls) -> CaoClient:
         settings = Settings.from_env()
         return cls(settings.base_url, settings.mcp_request_timeout, settings)
 
     def close(self) -> None:
         self._http.close()
 
-    def request(self, method: str, path: str, *, params: dict[str, Any] | None = None,
-                json: Any = None, timeout: float | None = None) -> Any:
+    def request(
+        self,
+        method: str,
+        path: str,
+        *,
+        params: dict[str, Any] | None = None,
+        json: Any = None,
+        timeout: float | None = None,
+    ) -> Any:
         wait = timeout if timeout is not None else self.timeout
         clean = {k: v for k, v in (params or {}).items() if v is not None}
         try:
             resp = self._http.request(method, path, params=clean or None, json=json, timeout=wait)
         except httpx.ConnectError:
             raise ServerUnavailable(
-                f"cao-server is not running at {self.base_url} (start it with `cao-server`)") from None
+                f"cao-server is not running at {self.base_url} (start it with `cao-server`)"
+            ) from None
         except httpx.TimeoutException:
             raise ServerUnavailable(
-                f"cao-server at {self.base_url} did not answer {method} {path} within {wait:g}s") from None
+                f"cao-server at {self.base_url} did not answer {method} {path} within {wait:g}s"
+            ) from None
         except httpx.HTTPError as exc:
             raise click.ClickException(f"request to cao-server failed ({method} {path}): {exc}") from None
         if resp.status_code >= 400:

@@ -4,6 +4,7 @@ The CLI talks to the server over HTTP only; it reads settings and profiles
 locally for file work (`cao init`, `cao install`) but never touches the store,
 the services or tmux state directly.
 """
+
 from __future__ import annotations
 
 import click

@@ -1,4 +1,5 @@
 """`cao-server`: run the HTTP API and the agent runtime."""
+
 from __future__ import annotations
 
 import logging
@@ -9,7 +10,6 @@ import uvicorn
 
 from ..private_files import append_private
 from ..settings import Settings
-
 
 SHUTDOWN_GRACE_S = 3
 
@@ -29,19 +29,29 @@ def main(host: str | None, port: int | None, log_level: str) -> None:
     server_log = settings.logs_dir / "server.log"
     append_private(server_log, b"")  # created 0600 before the handler opens it
     logging.basicConfig(
-        level=log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s",
-        handlers=[logging.StreamHandler(), logging.FileHandler(server_log)])
+        level=log_level.upper(),
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+        handlers=[logging.StreamHandler(), logging.FileHandler(server_log)],
+    )
+    import shutil
+
     from ..api.app import create_app
     from ..backends.tmux import tmux_missing_message
-    import shutil
+
     if shutil.which("tmux") is None:
         raise click.ClickException(tmux_missing_message())
     # proxy_headers off: cao is never behind a proxy, and a forged X-Forwarded-For must not
     # change who a request seems to come from. Streams (SSE) are cut after a grace period
     # so that a connected UI never keeps the server from stopping.
-    uvicorn.run(create_app(settings), host=settings.api_host, port=settings.api_port,
-                log_level=log_level.lower(), access_log=False, proxy_headers=False,
-                timeout_graceful_shutdown=SHUTDOWN_GRACE_S)
+    uvicorn.run(
+        create_app(settings),
+        host=settings.api_host,
+        port=settings.api_port,
+        log_level=log_level.lower(),
+        access_log=False,
+        proxy_headers=False,
+        timeout_graceful_shutdown=SHUTDOWN_GRACE_S,
+    )
 
 
 if __name__ == "__main__":

@@ -4,6 +4,7 @@ Tools must turn every expected failure into a result, so nothing here raises for
 HTTP errors or an unreachable server: each call returns an `ApiResponse` whose
 `error` is a sentence ready to show to the agent.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -12,6 +13,7 @@ from typing import Any
 import httpx
 
 from ..auth_token import auth_headers
+from ..client_edge import describe_detail
 from ..settings import Settings
 
 
@@ -32,25 +34,6 @@ class ApiResponse:
         if isinstance(self.body, dict) and "detail" in self.body:
             return self.body["detail"]
         return self.body
-
-
-def describe_detail(detail: Any) -> str:
-    """One readable line for any shape of `detail` the server sends."""
-    if isinstance(detail, str):
-        return detail
-    if isinstance(detail, dict) and "message" in detail:
-        return str(detail["message"])
-    if isinstance(detail, list):
-        # pydantic validation errors: name the field and the complaint, skip the echo of the input
-        parts = []
-        for item in detail:
-            if isinstance(item, dict):
-                where = ".".join(str(p) for p in item.get("loc", []) if p not in ("body", "query"))
-                parts.append(f"{where}: {item.get('msg', 'invalid')}" if where else str(item.get("msg")))
-            else:
-                parts.append(str(item))
-        return "; ".join(parts) or "invalid request"
-    return str(detail)
 
 
 class CaoApi:
@@ -75,8 +58,15 @@ class CaoApi:
             self._client = httpx.AsyncClient(base_url=self.base_url, trust_env=False, headers=self.headers)
         return self._client
 
-    async def request(self, method: str, path: str, *, params: dict[str, Any] | None = None,
-                      json: Any = None, timeout: float | None = None) -> ApiResponse:
+    async def request(
+        self,
+        method: str,
+        path: str,
+        *,
+        params: dict[str, Any] | None = None,
+        json: Any = None,
+        timeout: float | None = None,
+    ) -> ApiResponse:
         limit = self.timeout if timeout is None else timeout
         query = {k: v for k, v in (params or {}).items() if v is not None}
         try:

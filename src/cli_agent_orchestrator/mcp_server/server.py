@@ -5,6 +5,7 @@ only when CAO_ENABLE_WORKING_DIRECTORY is on, so a model is never tempted to pas
 a parameter the deployment does not want; that means two function shapes, chosen
 when the server is built.
 """
+
 from __future__ import annotations
 
 import logging
@@ -49,11 +50,17 @@ DELETE_DOC = """Remove a terminal (its agent and its window) that is no longer n
 
 # --- workflow tools: every one answers {"ok": true, ...} or {"ok": false, "error": "..."} ---
 RunId = Annotated[str, Field(description="Workflow run id: 1-64 of [A-Za-z0-9_-], e.g. run-3f2a9c1d0b4e5f67")]
-NameOrPath = Annotated[str, Field(description="Workflow name (a .py script or .yaml spec in cao's workflow "
-                                              "directory, by stem) or a path to one inside that directory")]
+NameOrPath = Annotated[
+    str,
+    Field(
+        description="Workflow name (a .py script or .yaml spec in cao's workflow "
+        "directory, by stem) or a path to one inside that directory"
+    ),
+]
 Inputs = Annotated[dict[str, Any] | None, Field(description="Values for the workflow's declared inputs")]
-NewRunId = Annotated[str | None, Field(description="Id for the new run (default: cao mints one); "
-                                                   "1-64 of [A-Za-z0-9_-], must be unused")]
+NewRunId = Annotated[
+    str | None, Field(description="Id for the new run (default: cao mints one); 1-64 of [A-Za-z0-9_-], must be unused")
+]
 
 WORKFLOW_RUN_DOC = """Run a workflow and wait until it ends (up to about 2.5 hours).
 
@@ -103,42 +110,46 @@ missing ones (the output is still recorded, so call again with the fixed object)
 
 
 def add_workflow_tools(server: MCPServer, wf: WorkflowTools) -> None:
-    async def workflow_run(name_or_path: NameOrPath, inputs: Inputs = None,
-                           run_id: NewRunId = None) -> dict[str, Any]:
+    async def workflow_run(name_or_path: NameOrPath, inputs: Inputs = None, run_id: NewRunId = None) -> dict[str, Any]:
         return await wf.run(name_or_path, inputs, run_id)
 
-    async def workflow_start(name_or_path: NameOrPath, inputs: Inputs = None,
-                             run_id: NewRunId = None) -> dict[str, Any]:
+    async def workflow_start(
+        name_or_path: NameOrPath, inputs: Inputs = None, run_id: NewRunId = None
+    ) -> dict[str, Any]:
         return await wf.start(name_or_path, inputs, run_id)
 
     async def workflow_status(run_id: RunId) -> dict[str, Any]:
         return await wf.status(run_id)
 
     async def workflow_wait(
-            run_id: RunId,
-            timeout: Annotated[int, Field(description="Most seconds to wait, 0-8820")] = 8820) -> dict[str, Any]:
+        run_id: RunId, timeout: Annotated[int, Field(description="Most seconds to wait, 0-8820")] = 8820
+    ) -> dict[str, Any]:
         return await wf.wait(run_id, timeout)
 
     async def workflow_result(run_id: RunId) -> dict[str, Any]:
         return await wf.result(run_id)
 
     async def workflow_list(
-            state: Annotated[str | None, Field(description="Only runs in this state: running, completed, "
-                                                           "failed or cancelled")] = None,
-            limit: Annotated[int, Field(description="At most this many runs, 1-500")] = 50) -> dict[str, Any]:
+        state: Annotated[
+            str | None, Field(description="Only runs in this state: running, completed, failed or cancelled")
+        ] = None,
+        limit: Annotated[int, Field(description="At most this many runs, 1-500")] = 50,
+    ) -> dict[str, Any]:
         return await wf.list_runs(state, limit)
 
     async def workflow_events(
-            run_id: RunId,
-            after_seq: Annotated[int, Field(description="Only events after this sequence number")] = 0,
-            max_events: Annotated[int, Field(description="Most events to return, 1-500")] = 500
+        run_id: RunId,
+        after_seq: Annotated[int, Field(description="Only events after this sequence number")] = 0,
+        max_events: Annotated[int, Field(description="Most events to return, 1-500")] = 500,
     ) -> dict[str, Any]:
         return await wf.events(run_id, after_seq, max_events)
 
     async def workflow_resume(
-            run_id: RunId,
-            decisions: Annotated[dict[str, str] | None, Field(
-                description='For halted steps: step id -> "rerun" or "skip", e.g. {"call-1": "skip"}')] = None
+        run_id: RunId,
+        decisions: Annotated[
+            dict[str, str] | None,
+            Field(description='For halted steps: step id -> "rerun" or "skip", e.g. {"call-1": "skip"}'),
+        ] = None,
     ) -> dict[str, Any]:
         return await wf.resume(run_id, decisions)
 
@@ -146,9 +157,11 @@ def add_workflow_tools(server: MCPServer, wf: WorkflowTools) -> None:
         return await wf.cancel(run_id)
 
     async def workflow_return(
-            output: Annotated[dict[str, Any], Field(description="Your step's result, a JSON object")],
-            output_schema: Annotated[dict[str, Any] | None, Field(
-                description="JSON Schema the output should meet; its `required` keys are checked")] = None
+        output: Annotated[dict[str, Any], Field(description="Your step's result, a JSON object")],
+        output_schema: Annotated[
+            dict[str, Any] | None,
+            Field(description="JSON Schema the output should meet; its `required` keys are checked"),
+        ] = None,
     ) -> dict[str, Any]:
         return await wf.return_output(output, output_schema)
 
@@ -166,34 +179,47 @@ def add_workflow_tools(server: MCPServer, wf: WorkflowTools) -> None:
 
 def build_server(config: ToolConfig | None = None) -> MCPServer:
     tools = OrchestratorTools(config or ToolConfig.from_env())
-    server: MCPServer = MCPServer(SERVER_NAME, instructions="Tools to delegate work to other cao agents and to run cao workflows.")
+    server: MCPServer = MCPServer(
+        SERVER_NAME, instructions="Tools to delegate work to other cao agents and to run cao workflows."
+    )
 
     if tools.config.working_directory_param:
-        async def handoff(agent_profile: Profile, message: Task, timeout: Timeout = 600,
-                          working_directory: WorkDir = None, model: Model = None) -> dict[str, Any]:
+
+        async def handoff(
+            agent_profile: Profile,
+            message: Task,
+            timeout: Timeout = 600,
+            working_directory: WorkDir = None,
+            model: Model = None,
+        ) -> dict[str, Any]:
             return await tools.handoff(agent_profile, message, timeout, working_directory, model)
 
-        async def assign(agent_profile: Profile, message: Task, working_directory: WorkDir = None,
-                         model: Model = None) -> dict[str, Any]:
+        async def assign(
+            agent_profile: Profile, message: Task, working_directory: WorkDir = None, model: Model = None
+        ) -> dict[str, Any]:
             return await tools.assign(agent_profile, message, working_directory, model)
     else:
-        async def handoff(agent_profile: Profile, message: Task, timeout: Timeout = 600,  # type: ignore[misc]
-                          model: Model = None) -> dict[str, Any]:
+
+        async def handoff(  # type: ignore[misc]  # the other variant: a tool schema of its own
+            agent_profile: Profile, message: Task, timeout: Timeout = 600, model: Model = None
+        ) -> dict[str, Any]:
             return await tools.handoff(agent_profile, message, timeout, None, model)
 
-        async def assign(agent_profile: Profile, message: Task,  # type: ignore[misc]
-                         model: Model = None) -> dict[str, Any]:
+        async def assign(  # type: ignore[misc]  # the other variant: a tool schema of its own
+            agent_profile: Profile, message: Task, model: Model = None
+        ) -> dict[str, Any]:
             return await tools.assign(agent_profile, message, None, model)
 
     async def send_message(
-            message: Annotated[str, Field(description="The message text")],
-            receiver_id: Annotated[str | None, Field(description="Receiving terminal id (default: your caller)")]
-            = None) -> dict[str, Any]:
+        message: Annotated[str, Field(description="The message text")],
+        receiver_id: Annotated[str | None, Field(description="Receiving terminal id (default: your caller)")] = None,
+    ) -> dict[str, Any]:
         return await tools.send_message(message, receiver_id)
 
     async def answer_user_prompt(
-            terminal_id: TerminalId,
-            answer: Annotated[str, Field(description="The answer to type, at most 4000 characters")]) -> dict[str, Any]:
+        terminal_id: TerminalId,
+        answer: Annotated[str, Field(description="The answer to type, at most 4000 characters")],
+    ) -> dict[str, Any]:
         return await tools.answer_user_prompt(terminal_id, answer)
 
     async def delete_terminal(terminal_id: TerminalId) -> dict[str, Any]:

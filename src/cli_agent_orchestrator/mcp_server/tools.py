@@ -5,6 +5,7 @@ makes the cao-server calls, and returns a plain dict. Expected failures become
 `success: false` results with a sentence the calling agent can act on; they are
 never raised, because a raised error reaches the agent as an opaque tool error.
 """
+
 from __future__ import annotations
 
 import os
@@ -13,9 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ..errors import CaoError
 from ..models import TERMINAL_ID_RE
-from ..profiles import load_profile
 from ..settings import Settings
 from .api import ApiResponse, CaoApi, describe_detail
 
@@ -41,12 +40,17 @@ class ToolConfig:
     request_timeout: float
 
     @classmethod
-    def from_env(cls) -> "ToolConfig":
+    def from_env(cls) -> ToolConfig:
         settings = Settings.from_env()
         raw = os.environ.get("CAO_TERMINAL_ID", "").strip()
-        return cls(terminal_id=raw or None, sender_id_injection=settings.sender_id_injection,
-                   working_directory_param=settings.working_directory_param, home_dir=settings.home_dir,
-                   base_url=settings.base_url, request_timeout=settings.mcp_request_timeout)
+        return cls(
+            terminal_id=raw or None,
+            sender_id_injection=settings.sender_id_injection,
+            working_directory_param=settings.working_directory_param,
+            home_dir=settings.home_dir,
+            base_url=settings.base_url,
+            request_timeout=settings.mcp_request_timeout,
+        )
 
 
 def bad_terminal_id(terminal_id: str | None, what: str = "terminal_id") -> str | None:
@@ -84,43 +88,38 @@ class OrchestratorTools:
             return resp.body, None
         return None, resp.error or "unexpected answer from cao-server"
 
-    def _profile_provider(self, agent_profile: str) -> str | None:
-        """The provider the profile pins, if it can be read here. An unreadable profile is
-        left to cao-server, which reports it with the same wording to every client."""
-        try:
-            return load_profile(self.config.home_dir, agent_profile).provider
-        except CaoError:
-            return None
-
-    def _provider_to_send(self, agent_profile: str, caller: dict | None) -> tuple[str | None, str | None]:
-        """(provider param, provider name for messages). A worker runs on its profile's
-        provider; otherwise on its caller's, because the server-wide default may be a CLI
-        that is not even installed where the caller runs."""
-        pinned = self._profile_provider(agent_profile)
-        if pinned:
-            return None, pinned  # null: the server applies the profile's own provider
-        inherited = caller.get("provider") if caller else None
-        return inherited, inherited
-
     async def _crowding_note(self, session_name: str | None) -> str:
         if not session_name:
             return ""
         resp = await self.api.get(f"/sessions/{session_name}/terminals")
         if not (resp.ok and isinstance(resp.body, list)) or len(resp.body) < CROWDED_SESSION:
             return ""
-        return (f" NOTE: This session has {len(resp.body)} terminals. "
-                "Consider calling delete_terminal on terminals you no longer need.")
+        return (
+            f" NOTE: This session has {len(resp.body)} terminals. "
+            "Consider calling delete_terminal on terminals you no longer need."
+        )
 
     # --- handoff ------------------------------------------------------------------------
-    async def handoff(self, agent_profile: str, message: str, timeout: int = 600,
-                      working_directory: str | None = None, model: str | None = None) -> Result:
+    async def handoff(
+        self,
+        agent_profile: str,
+        message: str,
+        timeout: int = 600,
+        working_directory: str | None = None,
+        model: str | None = None,
+    ) -> Result:
         def fail(text: str, terminal_id: str | None = None) -> Result:
             return {"success": False, "message": text, "output": None, "terminal_id": terminal_id}
 
-        if isinstance(timeout, bool) or not isinstance(timeout, int) or \
-                not MIN_HANDOFF_TIMEOUT <= timeout <= MAX_HANDOFF_TIMEOUT:
-            return fail(f"Handoff failed: timeout must be between {MIN_HANDOFF_TIMEOUT} and "
-                        f"{MAX_HANDOFF_TIMEOUT} seconds, got {timeout!r}")
+        if (
+            isinstance(timeout, bool)
+            or not isinstance(timeout, int)
+            or not MIN_HANDOFF_TIMEOUT <= timeout <= MAX_HANDOFF_TIMEOUT
+        ):
+            return fail(
+                f"Handoff failed: timeout must be between {MIN_HANDOFF_TIMEOUT} and "
+                f"{MAX_HANDOFF_TIMEOUT} seconds, got {timeout!r}"
+            )
         if not message or not message.strip():
             return fail("Handoff failed: message must not be empty")
         if not agent_profile or not agent_profile.strip():
@@ -133,19 +132,30 @@ class OrchestratorTools:
             caller, error = await self._terminal(me)
             if caller is None:
                 return fail(f"Handoff failed: cannot look up the calling terminal {me}: {error}")
-        provider, provider_name = self._provider_to_send(agent_profile, caller)
-        body = {"agent": agent_profile, "prompt": message, "provider": provider, "caller_id": me,
-                "timeout": timeout, "teardown": True, "working_directory": working_directory, "model": model}
+        # No provider: cao-server chooses (the profile's, else the caller's, else its default).
+        body = {
+            "agent": agent_profile,
+            "prompt": message,
+            "provider": None,
+            "caller_id": me,
+            "timeout": timeout,
+            "teardown": True,
+            "working_directory": working_directory,
+            "model": model,
+        }
         started = time.monotonic()
         resp = await self.api.post("/terminals/run-step", json=body, timeout=timeout + HANDOFF_HTTP_MARGIN)
         if resp.ok and isinstance(resp.body, dict):
             elapsed = resp.body.get("elapsed")
             seconds = float(elapsed) if isinstance(elapsed, (int, float)) else time.monotonic() - started
             note = await self._crowding_note(caller.get("session_name") if caller else None)
-            return {"success": True,
-                    "message": f"Successfully handed off to {agent_profile} "
-                               f"({provider_name or 'default provider'}) in {seconds:.2f}s{note}",
-                    "output": resp.body.get("last_message"), "terminal_id": resp.body.get("terminal_id")}
+            return {
+                "success": True,
+                "message": f"Successfully handed off to {agent_profile} "
+                f"({resp.body.get('provider') or 'default provider'}) in {seconds:.2f}s{note}",
+                "output": resp.body.get("last_message"),
+                "terminal_id": resp.body.get("terminal_id"),
+            }
         return fail(*self._handoff_failure(resp, timeout))
 
     @staticmethod
@@ -161,8 +171,9 @@ class OrchestratorTools:
         return f"Handoff failed: {resp.error or 'unexpected answer from cao-server'}", worker
 
     # --- assign ---------------------------------------------------------------------------
-    async def assign(self, agent_profile: str, message: str, working_directory: str | None = None,
-                     model: str | None = None) -> Result:
+    async def assign(
+        self, agent_profile: str, message: str, working_directory: str | None = None, model: str | None = None
+    ) -> Result:
         def fail(text: str) -> Result:
             return {"success": False, "terminal_id": None, "message": f"Assignment failed: {text}"}
 
@@ -170,8 +181,10 @@ class OrchestratorTools:
         if error:
             return fail(error)
         if me is None:
-            return fail("CAO_TERMINAL_ID not set; assign must be called from an agent running in a cao "
-                        "terminal, so the worker knows where to send its results")
+            return fail(
+                "CAO_TERMINAL_ID not set; assign must be called from an agent running in a cao "
+                "terminal, so the worker knows where to send its results"
+            )
         if not message or not message.strip():
             return fail("message must not be empty")
         if not agent_profile or not agent_profile.strip():
@@ -179,21 +192,31 @@ class OrchestratorTools:
         caller, error = await self._terminal(me)
         if caller is None:
             return fail(f"cannot look up the calling terminal {me}: {error}")
-        provider, _ = self._provider_to_send(agent_profile, caller)
         task = message + assign_suffix(me) if self.config.sender_id_injection else message
         session = caller["session_name"]
-        params = {"agent_profile": agent_profile, "provider": provider, "caller_id": me, "defer_init": "true",
-                  "working_directory": working_directory, "model": model}
-        resp = await self.api.post(f"/sessions/{session}/terminals", params=params,
-                                   json={"initial_message": task, "initial_message_orchestration_type": "assign"})
+        params = {
+            "agent_profile": agent_profile,
+            "caller_id": me,
+            "defer_init": "true",
+            "working_directory": working_directory,
+            "model": model,
+        }
+        resp = await self.api.post(
+            f"/sessions/{session}/terminals",
+            params=params,
+            json={"initial_message": task, "initial_message_orchestration_type": "assign"},
+        )
         if not (resp.ok and isinstance(resp.body, dict)):
             return fail(resp.error or "unexpected answer from cao-server")
         worker = resp.body["id"]
         note = await self._crowding_note(session)
-        return {"success": True, "terminal_id": worker,
-                "message": f"Task assigned to {agent_profile} (terminal: {worker}). Worker is initializing in "
-                           "the background; your task will be delivered once it is ready. Call "
-                           f"delete_terminal('{worker}') when you no longer need this terminal.{note}"}
+        return {
+            "success": True,
+            "terminal_id": worker,
+            "message": f"Task assigned to {agent_profile} (terminal: {worker}). Worker is initializing in "
+            "the background; your task will be delivered once it is ready. Call "
+            f"delete_terminal('{worker}') when you no longer need this terminal.{note}",
+        }
 
     # --- send_message ---------------------------------------------------------------------
     async def send_message(self, message: str, receiver_id: str | None = None) -> Result:
@@ -204,8 +227,10 @@ class OrchestratorTools:
         if error:
             return fail(error)
         if me is None:
-            return fail("CAO_TERMINAL_ID not set; send_message must be called from an agent running in a "
-                        "cao terminal (the sender)")
+            return fail(
+                "CAO_TERMINAL_ID not set; send_message must be called from an agent running in a "
+                "cao terminal (the sender)"
+            )
         if not message or not message.strip():
             return fail("message must not be empty")
         if receiver_id is None or receiver_id == "":
@@ -214,15 +239,15 @@ class OrchestratorTools:
                 return fail(f"cannot look up terminal {me} to find its caller: {error}")
             receiver_id = me_record.get("caller_id")
             if not receiver_id:
-                return fail(f"no receiver_id given and terminal {me} has no caller to reply to; "
-                            "pass receiver_id explicitly")
+                return fail(
+                    f"no receiver_id given and terminal {me} has no caller to reply to; pass receiver_id explicitly"
+                )
         elif error := bad_terminal_id(receiver_id, "receiver_id"):
             return fail(error)
         if receiver_id == me:
             return fail(f"cannot send a message to yourself (terminal {me})")
         text = message + message_suffix(me) if self.config.sender_id_injection else message
-        resp = await self.api.post(f"/terminals/{receiver_id}/inbox/messages",
-                                   json={"sender_id": me, "message": text})
+        resp = await self.api.post(f"/terminals/{receiver_id}/inbox/messages", json={"sender_id": me, "message": text})
         if resp.ok and isinstance(resp.body, dict):
             return resp.body
         return fail(resp.error or "unexpected answer from cao-server")
@@ -246,8 +271,9 @@ class OrchestratorTools:
             return fail(f"cannot look up terminal {terminal_id}: {error}")
         status = term.get("status")
         if status != WAITING_USER_ANSWER:
-            return fail(f"Terminal {terminal_id} is not waiting for a user answer (status: {status}); "
-                        "nothing was sent", status)
+            return fail(
+                f"Terminal {terminal_id} is not waiting for a user answer (status: {status}); nothing was sent", status
+            )
         resp = await self.api.post(f"/terminals/{terminal_id}/input", json={"message": answer})
         if not resp.ok:
             return fail(f"could not deliver the answer: {resp.error}")

@@ -6,6 +6,7 @@ step ids are checked here before they go into a URL, so a typo never reaches a
 different route. HTTP errors carry the server's own `detail` message; a 409 whose
 detail is an object also carries its `kind`, `step_id` and `rule`.
 """
+
 from __future__ import annotations
 
 import asyncio
@@ -18,6 +19,7 @@ from typing import Any
 
 import httpx
 
+from ..client_edge import SseParser
 from ..workflows.specs import NAME_RE
 from .api import ApiResponse, CaoApi, describe_detail
 from .tools import ToolConfig
@@ -30,8 +32,9 @@ WAIT_CHUNK_S = 300  # one server long-poll within workflow_wait
 EVENTS_CAP = 500
 EVENTS_WINDOW_S = 45.0
 DECISIONS = ("rerun", "skip")
-NOT_IN_STEP = ("workflow_return only works inside a workflow step "
-               "(CAO_WORKFLOW_RUN_ID / CAO_WORKFLOW_STEP_ID are not set)")
+NOT_IN_STEP = (
+    "workflow_return only works inside a workflow step (CAO_WORKFLOW_RUN_ID / CAO_WORKFLOW_STEP_ID are not set)"
+)
 
 
 def fail(error: str, **extra: Any) -> Envelope:
@@ -40,12 +43,14 @@ def fail(error: str, **extra: Any) -> Envelope:
 
 def guarded(method: Any) -> Any:
     """The contract holds even for a surprise (an odd answer shape): an envelope, not a raise."""
+
     @functools.wraps(method)
     async def wrapper(self: Any, *args: Any, **kwargs: Any) -> Envelope:
         try:
             return await method(self, *args, **kwargs)
         except Exception as exc:  # noqa: BLE001
             return fail(f"unexpected failure in {method.__name__}: {type(exc).__name__}: {exc}")
+
     return wrapper
 
 
@@ -130,8 +135,12 @@ class WorkflowTools:
             return http_failure(resp)
         run = resp.body.get("run_id")
         status = (resp.body.get("links") or {}).get("status") or f"/workflows/runs/{run}"
-        return {"ok": True, "run_id": run, "state": resp.body.get("state"),
-                "status_url": self.config.base_url.rstrip("/") + status}
+        return {
+            "ok": True,
+            "run_id": run,
+            "state": resp.body.get("state"),
+            "status_url": self.config.base_url.rstrip("/") + status,
+        }
 
     # --- looking at runs -----------------------------------------------------------------
     async def _get(self, path: str, **kw: Any) -> tuple[Any, Envelope | None]:
@@ -171,8 +180,9 @@ class WorkflowTools:
         finished = False
         while True:
             chunk = round(max(0.0, min(deadline - time.monotonic(), WAIT_CHUNK_S)), 3)
-            body, failed = await self._get(f"/workflows/runs/{run_id}/wait", params={"timeout": chunk},
-                                           timeout=chunk + HTTP_MARGIN_S)
+            body, failed = await self._get(
+                f"/workflows/runs/{run_id}/wait", params={"timeout": chunk}, timeout=chunk + HTTP_MARGIN_S
+            )
             if failed:
                 return failed
             finished = bool(body.get("finished"))
@@ -208,17 +218,24 @@ class WorkflowTools:
             return {"ok": True, "run_id": run_id, "events": [], "events_unavailable": True}
         status, failed = await self._get(f"/workflows/runs/{run_id}")
         last = read.events[-1].get("seq") if read.events and isinstance(read.events[-1], dict) else None
-        return {"ok": True, "run_id": run_id, "state": None if failed else status.get("state"),
-                "events": read.events, "gaps": read.gaps, "timed_out": read.timed_out,
-                "next_after_seq": last if isinstance(last, int) else after_seq}
+        return {
+            "ok": True,
+            "run_id": run_id,
+            "state": None if failed else status.get("state"),
+            "events": read.events,
+            "gaps": read.gaps,
+            "timed_out": read.timed_out,
+            "next_after_seq": last if isinstance(last, int) else after_seq,
+        }
 
-    async def _read_stream(self, run_id: str, after_seq: int, read: "StreamRead") -> Envelope | None:
+    async def _read_stream(self, run_id: str, after_seq: int, read: StreamRead) -> Envelope | None:
         """Follow the SSE stream into `read` until its limit or the stream's end; an
         envelope only when the request itself failed."""
-        params = {"stream": "true", "after_seq": after_seq}
+        params: dict[str, str | int] = {"stream": "true", "after_seq": after_seq}
         try:
-            async with self.api._http().stream("GET", f"/workflows/runs/{run_id}/events", params=params,
-                                               timeout=EVENTS_WINDOW_S + 5) as resp:
+            async with self.api._http().stream(
+                "GET", f"/workflows/runs/{run_id}/events", params=params, timeout=EVENTS_WINDOW_S + 5
+            ) as resp:
                 if resp.status_code != 200:
                     await resp.aread()
                     try:
@@ -227,19 +244,11 @@ class WorkflowTools:
                         body = resp.text
                     detail = ApiResponse(resp.status_code, body).detail
                     return http_failure(ApiResponse(resp.status_code, body, describe_detail(detail)))
-                kind, data = "", []
+                parser = SseParser()
                 async for line in resp.aiter_lines():
-                    if line:
-                        field, _, value = line.partition(":")
-                        value = value[1:] if value.startswith(" ") else value
-                        if field == "event":
-                            kind = value
-                        elif field == "data":
-                            data.append(value)
-                        continue  # comments (keepalives) and ids need nothing
-                    if (kind or data) and read.add(kind, "\n".join(data)):
+                    frame = parser.feed(line)
+                    if frame is not None and read.add(frame.event, frame.data):
                         return None
-                    kind, data = "", []
         except httpx.TimeoutException:
             raise TimeoutError from None
         except httpx.HTTPError as exc:
@@ -251,8 +260,11 @@ class WorkflowTools:
     async def resume(self, run_id: str, decisions: dict[str, str] | None = None) -> Envelope:
         if error := bad_id(run_id) or check_decisions(decisions):
             return fail(error)
-        resp = await self.api.post(f"/workflows/runs/{run_id}/resume", json={"decisions": decisions or {}},
-                                   timeout=BLOCKING_TIMEOUT_S + HTTP_MARGIN_S)
+        resp = await self.api.post(
+            f"/workflows/runs/{run_id}/resume",
+            json={"decisions": decisions or {}},
+            timeout=BLOCKING_TIMEOUT_S + HTTP_MARGIN_S,
+        )
         if not (resp.ok and isinstance(resp.body, dict)):
             return http_failure(resp)
         return {"ok": True, **pick(resp.body, "run_id", "state", "kind", "steps", "output", "halts")}
@@ -292,7 +304,9 @@ class StreamRead:
     """What one bounded read of the event stream collected."""
 
     def __init__(self, limit: int):
-        self.limit, self.events, self.gaps = limit, [], []
+        self.limit = limit
+        self.events: list[Any] = []
+        self.gaps: list[Any] = []
         self.absent = self.timed_out = False
 
     def add(self, kind: str, data: str) -> bool:

@@ -6,6 +6,7 @@ Both CLIs (qwen-code is a fork of gemini-cli) read a JSON-with-comments
 the user's file: it reads it, lays its own per-terminal keys over a copy, and
 points the CLI at the copy (each provider says how).
 """
+
 from __future__ import annotations
 
 import json
@@ -60,8 +61,21 @@ def merge(base: Mapping[str, Any], overlay: Mapping[str, Any]) -> dict[str, Any]
 
 def hooks(events: Iterable[str]) -> dict[str, list]:
     """`hooks` settings that run `cao-hook EVENT` for each event (JSON payload on stdin)."""
-    return {event: [{"hooks": [{"type": "command", "name": "cao-hook", "command": shlex.join(hook_argv(event)),
-                                "timeout": HOOK_TIMEOUT_MS}]}] for event in events}
+    return {
+        event: [
+            {
+                "hooks": [
+                    {
+                        "type": "command",
+                        "name": "cao-hook",
+                        "command": shlex.join(hook_argv(event)),
+                        "timeout": HOOK_TIMEOUT_MS,
+                    }
+                ]
+            }
+        ]
+        for event in events
+    }
 
 
 def mcp_servers(ctx: LaunchContext, trust: bool) -> dict[str, dict]:
@@ -146,8 +160,7 @@ def last_turn(rows: list[str], echo: re.Pattern[str], answer_mark: str) -> tuple
     return q, None if answer is None else start + answer
 
 
-def last_answer(history: list[str], echo: re.Pattern[str], answer_mark: str,
-                status_row: re.Pattern[str]) -> str | None:
+def last_answer(history: list[str], echo: re.Pattern[str], answer_mark: str, status_row: re.Pattern[str]) -> str | None:
     """The text of the last answer after the last echoed prompt, or None. An answer's first row
     starts with `answer_mark`; its continuation rows are indented to the width of that mark."""
     _, answer = last_turn(history, echo, answer_mark)
@@ -158,4 +171,4 @@ def last_answer(history: list[str], echo: re.Pattern[str], answer_mark: str,
     while end < len(history) and (not history[end].strip() or history[end].startswith(indent)):
         end += 1
     block = trim(history[answer:end], status_row)
-    return "\n".join([block[0][len(answer_mark):]] + [row[len(indent):] for row in block[1:]])
+    return "\n".join([block[0][len(answer_mark) :]] + [row[len(indent) :] for row in block[1:]])

@@ -4,11 +4,12 @@ A provider is data plus a few pure functions. It never touches tmux, HTTP or
 the database; everything generic (waiting, pasting, retries) lives in the
 service layer and works the same for every CLI.
 """
+
 from __future__ import annotations
 
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable, Sequence
 
 from ..models import TerminalStatus
 
@@ -52,6 +53,10 @@ class LaunchContext:
     yolo: bool = False
     mcp_server_argv: list[str] = field(default_factory=list)  # how to start cao-mcp-server
     profile_extra: dict = field(default_factory=dict)  # provider-specific frontmatter
+    # The environment the agent inherits (cao-server's own): where a provider finds the
+    # user's CLI configuration (CODEX_HOME, QWEN_HOME, …) and API keys. Providers read this,
+    # never os.environ, so that building a launch is a pure function of its context.
+    environ: Mapping[str, str] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -64,7 +69,7 @@ def no_startup_dialog(screen: Screen) -> Sequence[str] | None:
     return None
 
 
-def no_hooks(event: str, payload: dict) -> StatusReading | None:
+def no_hooks(event: str, payload: dict, last_event: str | None = None) -> StatusReading | None:
     return None
 
 
@@ -98,10 +103,12 @@ class Provider:
     # Providers that accept typed input while busy (seed: eager inbox delivery).
     accepts_input_while_busy: bool = False
     # The CLI's own signals: a hook event (name, JSON payload) posted by `cao-hook`
-    # → the status it means, or None to ignore it. Once a terminal has sent a hook,
+    # → the status it means, or None to ignore it. `last_event` is the hook event that
+    # decided the terminal's previous hook reading (the status monitor keeps it per
+    # terminal, so the provider stays a pure function). Once a terminal has sent a hook,
     # its busy/done/idle come from hooks only; the screen still detects dialogs
     # (waiting_user_answer) and errors.
-    status_from_hook: Callable[[str, dict], StatusReading | None] = no_hooks
+    status_from_hook: Callable[[str, dict, str | None], StatusReading | None] = no_hooks
     # While waiting_user_answer: the keys that give `answer` to the dialog on the
     # screen (menus that ignore pasted text), or None to paste the answer as text.
     dialog_keys: Callable[[Screen, str], Sequence[str] | None] = no_dialog_keys

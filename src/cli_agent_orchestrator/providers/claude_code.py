@@ -12,6 +12,7 @@ error). Dialogs come from the screen only: it sees a permission prompt appear *a
 while a hook would hold `waiting_user_answer` through the approved tool's whole run (the
 monitor lets only the screen end a dialog it saw). Never keyed on the random spinner verbs.
 """
+
 from __future__ import annotations
 
 import json
@@ -35,8 +36,9 @@ PERMISSION_MODES = ("acceptEdits", "auto", "default", "dontAsk", "plan")
 
 
 def _bypass(ctx: LaunchContext) -> bool:
-    return (ctx.yolo or "*" in (ctx.allowed_tools or [])
-            or ctx.profile_extra.get("permissionMode") == "bypassPermissions")
+    return (
+        ctx.yolo or "*" in (ctx.allowed_tools or []) or ctx.profile_extra.get("permissionMode") == "bypassPermissions"
+    )
 
 
 def _tool_rule(name: str) -> str:
@@ -46,14 +48,20 @@ def _tool_rule(name: str) -> str:
 
 
 def settings(ctx: LaunchContext) -> dict[str, Any]:
-    hooks = {event: [{"hooks": [{"type": "command", "command": shlex.join(hook_argv(event)), "timeout": 10}]}]
-             for event in HOOK_EVENTS}
+    hooks = {
+        event: [{"hooks": [{"type": "command", "command": shlex.join(hook_argv(event)), "timeout": 10}]}]
+        for event in HOOK_EVENTS
+    }
     # cao's own tools never ask: delegating is what a cao agent is for.
     allow = [f"mcp__{MCP_SERVER_NAME}"] + [_tool_rule(t) for t in ctx.allowed_tools or [] if t != "*"]
-    out: dict[str, Any] = {"hooks": hooks, "permissions": {"allow": allow},
-                           # Ghost text in the composer and tip rows would blur the screen reading.
-                           # (Not prefersReducedMotion: it draws the spinner with the reply's "●".)
-                           "promptSuggestionEnabled": False, "spinnerTipsEnabled": False}
+    out: dict[str, Any] = {
+        "hooks": hooks,
+        "permissions": {"allow": allow},
+        # Ghost text in the composer and tip rows would blur the screen reading.
+        # (Not prefersReducedMotion: it draws the spinner with the reply's "●".)
+        "promptSuggestionEnabled": False,
+        "spinnerTipsEnabled": False,
+    }
     if _bypass(ctx):
         out["skipDangerousModePermissionPrompt"] = True
     return out
@@ -63,8 +71,9 @@ def mcp_config(ctx: LaunchContext) -> dict[str, Any]:
     servers: dict[str, Any] = {}
     declared = ctx.profile_extra.get("mcpServers")
     if isinstance(declared, Mapping):
-        servers.update({str(k): dict(v) for k, v in declared.items()
-                        if k != MCP_SERVER_NAME and isinstance(v, Mapping)})
+        servers.update(
+            {str(k): dict(v) for k, v in declared.items() if k != MCP_SERVER_NAME and isinstance(v, Mapping)}
+        )
     # alwaysLoad: cao's tools are never deferred behind Claude's tool search.
     servers[MCP_SERVER_NAME] = {"type": "stdio", **mcp_server(ctx), "alwaysLoad": True}
     return {"mcpServers": servers}
@@ -78,12 +87,17 @@ def _write(path: Path, text: str) -> str:
 
 def build_launch(ctx: LaunchContext) -> Launch:
     tdir = terminal_dir(ctx)
-    argv = [shutil.which("claude") or "claude",
-            "--settings", _write(tdir / "settings.json", json.dumps(settings(ctx), indent=1)),
-            "--mcp-config", _write(tdir / "mcp.json", json.dumps(mcp_config(ctx), indent=1)),
-            "--strict-mcp-config",
-            # A fresh id per terminal; the transcript lands in ~/.claude/projects/<cwd>/<id>.jsonl.
-            "--session-id", str(uuid.uuid4())]
+    argv = [
+        shutil.which("claude") or "claude",
+        "--settings",
+        _write(tdir / "settings.json", json.dumps(settings(ctx), indent=1)),
+        "--mcp-config",
+        _write(tdir / "mcp.json", json.dumps(mcp_config(ctx), indent=1)),
+        "--strict-mcp-config",
+        # A fresh id per terminal; the transcript lands in ~/.claude/projects/<cwd>/<id>.jsonl.
+        "--session-id",
+        str(uuid.uuid4()),
+    ]
     if ctx.system_prompt:
         argv += ["--append-system-prompt-file", _write(tdir / "system_prompt.md", ctx.system_prompt)]
     if ctx.model:
@@ -105,7 +119,7 @@ def build_launch(ctx: LaunchContext) -> Launch:
 _HOOK_STATUS = {"UserPromptSubmit": TerminalStatus.PROCESSING, "Stop": TerminalStatus.COMPLETED}
 
 
-def status_from_hook(event: str, payload: dict) -> StatusReading | None:
+def status_from_hook(event: str, payload: dict, last_event: str | None = None) -> StatusReading | None:
     if event in _HOOK_STATUS:
         return StatusReading(_HOOK_STATUS[event])
     if event == "StopFailure":
@@ -128,13 +142,17 @@ _INTERRUPTED = "Interrupted · What should Claude do instead?"
 _HINTS = ("Esc to cancel", "Enter to confirm", "Press Enter to continue", "ctrl+t to disable")
 _QUEUED_PLACEHOLDER = "Press up to edit queued messages"  # grey text in an empty composer
 # Start-up screens cao answers with Enter (the highlighted choice is the safe one).
-_STARTUP = (("Yes, I trust this folder", "folder trust dialog"),
-            ("Choose the text style", "first-run theme choice"),
-            ("Press Enter to continue", "first-run security notes"))
+_STARTUP = (
+    ("Yes, I trust this folder", "folder trust dialog"),
+    ("Choose the text style", "first-run theme choice"),
+    ("Press Enter to continue", "first-run security notes"),
+)
 # Left to a person (or answer_user_prompt): a credential choice, a risk waiver, tool permissions.
-_ASKING = (("Do you want to use this API key?", "Claude asks whether to use the API key in the environment"),
-           ("Bypass Permissions mode", "Claude asks to accept bypass-permissions mode"),
-           ("Do you want to", "permission prompt"))  # "…proceed?", "…make this edit…?", "…create…?"
+_ASKING = (
+    ("Do you want to use this API key?", "Claude asks whether to use the API key in the environment"),
+    ("Bypass Permissions mode", "Claude asks to accept bypass-permissions mode"),
+    ("Do you want to", "permission prompt"),
+)  # "…proceed?", "…make this edit…?", "…create…?"
 
 
 def _clean(lines: list[str]) -> list[str]:
@@ -179,7 +197,7 @@ def _blocks(rows: list[str]) -> list[tuple[bool, str]]:
         end = i + 1
         while end < len(rows) and (not rows[end] or rows[end].startswith("  ")):
             end += 1
-        body = rows[i + 1:end]
+        body = rows[i + 1 : end]
         tool = any(r.startswith("  ⎿") for r in body)  # a call's arguments may wrap before its ⎿ rows
         text = "\n".join([rows[i][2:]] + [r[2:] for r in body])
         out.append((tool, text.strip("\n")))
@@ -203,7 +221,7 @@ def _dialog_area(rows: list[str]) -> list[str]:
     """A dialog is drawn below a rule in place of the prompt box (first-run screens have
     none); looking only there keeps an old answer quoting a marker from counting."""
     rules = [i for i, r in enumerate(rows) if _RULE.match(r)]
-    return rows[rules[-1] + 1:] if rules else rows
+    return rows[rules[-1] + 1 :] if rules else rows
 
 
 def _dialog(rows: list[str]) -> StatusReading | None:
@@ -234,10 +252,10 @@ def read_status(screen: Screen) -> StatusReading:
         busy = any("esc to interrupt" in r for r in rows[-4:])
         return StatusReading(TerminalStatus.PROCESSING if busy else TerminalStatus.UNKNOWN)
     top, bottom = box
-    composer = " ".join(r.strip() for r in [rows[top + 1][1:]] + rows[top + 2:bottom]).strip()
+    composer = " ".join(r.strip() for r in [rows[top + 1][1:]] + rows[top + 2 : bottom]).strip()
     has_text = bool(composer) and composer != _QUEUED_PLACEHOLDER
     live = [r for r in rows[:top] if r.strip()][-6:]
-    if any("esc to interrupt" in r for r in rows[bottom + 1:]) or any(_SPINNER.match(r) for r in live):
+    if any("esc to interrupt" in r for r in rows[bottom + 1 :]) or any(_SPINNER.match(r) for r in live):
         return StatusReading(TerminalStatus.PROCESSING, composer_has_text=has_text)
     outcome = _outcome(_last_turn(rows[:top]))
     if has_text and outcome.status in (TerminalStatus.IDLE, TerminalStatus.COMPLETED):
@@ -276,7 +294,7 @@ def dialog_keys(screen: Screen, answer: str) -> list[str] | None:
 def extract_reply(history_lines: list[str]) -> str | None:
     rows = _clean(history_lines)
     box = _input_box(rows)
-    texts = [text for tool, text in _blocks(_last_turn(rows[:box[0]] if box else rows)) if not tool]
+    texts = [text for tool, text in _blocks(_last_turn(rows[: box[0]] if box else rows)) if not tool]
     return texts[-1] if texts else None
 
 

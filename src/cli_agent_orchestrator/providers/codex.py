@@ -11,6 +11,7 @@ used: it also fires for the title-generation thread, in the middle of a tool tur
 so it cannot mean "turn done". The screen is the fallback and the detector of
 dialogs, errors and interrupted turns (none of which fires a hook).
 """
+
 from __future__ import annotations
 
 import json
@@ -57,10 +58,10 @@ def toml(value: Any) -> str:
     return _toml_str(str(value))
 
 
-def _user_config() -> dict:
+def _user_config(ctx: LaunchContext) -> dict:
     """The user's config.toml, read only to keep their hooks and project entries alive
     next to ours (a -c override replaces a whole value)."""
-    home = Path(os.environ.get("CODEX_HOME") or Path.home() / ".codex")
+    home = Path(ctx.environ.get("CODEX_HOME") or Path.home() / ".codex")
     try:
         return tomllib.loads((home / "config.toml").read_text(encoding="utf-8"))
     except (OSError, ValueError):
@@ -71,8 +72,9 @@ def _user_config() -> dict:
 
 
 def _bypass(ctx: LaunchContext) -> bool:
-    return (ctx.yolo or "*" in (ctx.allowed_tools or [])
-            or ctx.profile_extra.get("permissionMode") == "bypassPermissions")
+    return (
+        ctx.yolo or "*" in (ctx.allowed_tools or []) or ctx.profile_extra.get("permissionMode") == "bypassPermissions"
+    )
 
 
 def _mcp_servers(ctx: LaunchContext) -> dict[str, dict]:
@@ -85,14 +87,19 @@ def _mcp_servers(ctx: LaunchContext) -> dict[str, dict]:
     # cao's own server: its tools are cao's orchestration calls, so they never ask. Required:
     # Codex then holds a prompt until the server is up (an optional one gets ~1 s, and a
     # first turn would miss handoff/assign), and exits with the cause if it cannot start.
-    servers[MCP_SERVER_NAME] = {**mcp_server(ctx), "required": True, "startup_timeout_sec": 30,
-                                "tool_timeout_sec": MCP_TOOL_TIMEOUT_S, "default_tools_approval_mode": "approve"}
+    servers[MCP_SERVER_NAME] = {
+        **mcp_server(ctx),
+        "required": True,
+        "startup_timeout_sec": 30,
+        "tool_timeout_sec": MCP_TOOL_TIMEOUT_S,
+        "default_tools_approval_mode": "approve",
+    }
     return servers
 
 
 def overrides(ctx: LaunchContext) -> list[tuple[str, Any]]:
     """The per-terminal config, as (dotted key, value) pairs for `-c`."""
-    user = _user_config()
+    user = _user_config(ctx)
     out: list[tuple[str, Any]] = [("check_for_update_on_startup", False)]
     # Trusting the working directory for this run avoids the "Trust this folder?" screen
     # without Codex saving the decision. A decision the user already made stands, and
@@ -102,22 +109,25 @@ def overrides(ctx: LaunchContext) -> list[tuple[str, Any]]:
     entry.setdefault("trust_level", "trusted")
     projects[ctx.working_directory] = entry
     out.append(("projects", projects))
-    if base_url := os.environ.get("OPENAI_BASE_URL"):
+    if base_url := ctx.environ.get("OPENAI_BASE_URL"):
         # Codex speaks only the Responses API; an OpenAI-compatible endpoint in the
         # server env becomes a model provider of its own (no login needed for it).
         spec: dict[str, Any] = {"name": "OpenAI-compatible (cao)", "base_url": base_url, "wire_api": "responses"}
-        if os.environ.get("OPENAI_API_KEY"):
+        if ctx.environ.get("OPENAI_API_KEY"):
             spec["env_key"] = "OPENAI_API_KEY"
         out += [("model_providers." + MODEL_PROVIDER, spec), ("model_provider", MODEL_PROVIDER)]
     if not _bypass(ctx):
         tools = set(ctx.allowed_tools or ["@builtin"])
-        out += [("approval_policy", "on-request"),
-                ("sandbox_mode", "workspace-write" if tools & _WRITE_TOOLS else "read-only")]
+        out += [
+            ("approval_policy", "on-request"),
+            ("sandbox_mode", "workspace-write" if tools & _WRITE_TOOLS else "read-only"),
+        ]
     if ctx.system_prompt:
         out.append(("developer_instructions", ctx.system_prompt))
     for name, server in _mcp_servers(ctx).items():
         out.append((f"mcp_servers.{name}", server))
-    user_hooks = user.get("hooks") if isinstance(user.get("hooks"), Mapping) else {}
+    hooks = user.get("hooks")
+    user_hooks: Mapping[str, Any] = hooks if isinstance(hooks, Mapping) else {}
     out.append(("features.hooks", True))
     for event in HOOK_EVENTS:
         ours = {"hooks": [{"type": "command", "command": shlex.join(hook_argv(event)), "timeout": 10}]}
@@ -131,13 +141,15 @@ def overrides(ctx: LaunchContext) -> list[tuple[str, Any]]:
 
 
 def build_launch(ctx: LaunchContext) -> Launch:
-    argv = [shutil.which("codex") or "codex",
-            # No shared app-server daemon: it (and its MCP servers) would outlive the terminal.
-            "--no-daemon",
-            # Inline mode: the conversation stays in tmux's scrollback for extract_reply.
-            "--no-alt-screen",
-            # Hooks from -c are "untrusted" and would not run; cao vets its own.
-            "--dangerously-bypass-hook-trust"]
+    argv = [
+        shutil.which("codex") or "codex",
+        # No shared app-server daemon: it (and its MCP servers) would outlive the terminal.
+        "--no-daemon",
+        # Inline mode: the conversation stays in tmux's scrollback for extract_reply.
+        "--no-alt-screen",
+        # Hooks from -c are "untrusted" and would not run; cao vets its own.
+        "--dangerously-bypass-hook-trust",
+    ]
     if _bypass(ctx):
         argv.append("--dangerously-bypass-approvals-and-sandbox")
     if ctx.model:
@@ -158,7 +170,7 @@ def build_launch(ctx: LaunchContext) -> Launch:
 _HOOK_STATUS = {"UserPromptSubmit": TerminalStatus.PROCESSING, "Stop": TerminalStatus.COMPLETED}
 
 
-def status_from_hook(event: str, payload: dict) -> StatusReading | None:
+def status_from_hook(event: str, payload: dict, last_event: str | None = None) -> StatusReading | None:
     status = _HOOK_STATUS.get(event)
     return StatusReading(status) if status else None
 
@@ -225,7 +237,7 @@ def read_status(screen: Screen) -> StatusReading:
         return StatusReading(TerminalStatus.UNKNOWN)  # starting up, or exiting
     # The placeholder is grey text; only the cursor tells it from typed text.
     has_text = not (screen.cursor_row == composer and screen.cursor_col <= len(_PROMPT))
-    footer = [r.strip() for r in rows[_block_end(rows, composer):] if r.strip()]
+    footer = [r.strip() for r in rows[_block_end(rows, composer) :] if r.strip()]
     if footer and all(r == _STARTING for r in footer):
         # Drawn before the session is configured; the model/cwd line comes when it is.
         return StatusReading(TerminalStatus.UNKNOWN, composer_has_text=has_text)
@@ -247,7 +259,7 @@ def read_status(screen: Screen) -> StatusReading:
             # No hook fires on Esc: the screen is certain here and says so (definite).
             outcome = StatusReading(TerminalStatus.IDLE, "the turn was interrupted", definite=True)
         elif row.startswith(_FAILED):
-            outcome = StatusReading(TerminalStatus.ERROR, row[len(_FAILED):].strip())
+            outcome = StatusReading(TerminalStatus.ERROR, row[len(_FAILED) :].strip())
         elif row.startswith(_REPLY) or _WORKED.match(row):
             outcome = StatusReading(TerminalStatus.COMPLETED)
     if has_text:
@@ -258,9 +270,11 @@ def read_status(screen: Screen) -> StatusReading:
 
 
 # Command approval menu: options end in their shortcut key, "(y)", "(p)", "(esc)".
-_APPROVAL_KEYS = (({"y", "yes", "1", "allow", "approve"}, "y"),
-                  ({"p", "2", "always", "yes always"}, "p"),
-                  ({"n", "no", "3", "deny", "reject", "cancel"}, "Escape"))
+_APPROVAL_KEYS = (
+    ({"y", "yes", "1", "allow", "approve"}, "y"),
+    ({"p", "2", "always", "yes always"}, "p"),
+    ({"n", "no", "3", "deny", "reject", "cancel"}, "Escape"),
+)
 
 
 def dialog_keys(screen: Screen, answer: str) -> list[str] | None:
@@ -284,7 +298,7 @@ def extract_reply(history_lines: list[str]) -> str | None:
     current: list[str] | None = None
     for row in rows[start:end]:
         if row.startswith(_REPLY):
-            current = [row[len(_REPLY):]]
+            current = [row[len(_REPLY) :]]
             blocks.append(current)
         elif current is not None and (row.startswith("  ") or not row) and not _WORKED.match(row):
             current.append(row[2:])

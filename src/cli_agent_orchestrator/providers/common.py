@@ -1,5 +1,6 @@
 """Small pieces every real-CLI provider needs: where its per-terminal files go,
 how its hooks call back, and how it starts cao-mcp-server."""
+
 from __future__ import annotations
 
 import os
@@ -30,8 +31,14 @@ def mcp_server(ctx: LaunchContext) -> dict:
     """cao-mcp-server as a stdio MCP server entry: command, args and the identity env."""
     argv = ctx.mcp_server_argv or [sys.executable, "-m", "cli_agent_orchestrator.mcp_server.server"]
     env = {"CAO_TERMINAL_ID": ctx.terminal_id}
-    for name in ("CAO_API_HOST", "CAO_API_PORT", "CAO_HOME_DIR", "CAO_ENABLE_SENDER_ID_INJECTION",
-                 "CAO_ENABLE_WORKING_DIRECTORY", "CAO_MCP_REQUEST_TIMEOUT"):
-        if os.environ.get(name):
-            env[name] = os.environ[name]
+    for name in (
+        "CAO_API_HOST",
+        "CAO_API_PORT",
+        "CAO_HOME_DIR",
+        "CAO_ENABLE_SENDER_ID_INJECTION",
+        "CAO_ENABLE_WORKING_DIRECTORY",
+        "CAO_MCP_REQUEST_TIMEOUT",
+    ):
+        if ctx.environ.get(name):
+            env[name] = ctx.environ[name]
     return {"command": argv[0], "args": argv[1:], "env": env}

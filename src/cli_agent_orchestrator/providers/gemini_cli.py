@@ -16,6 +16,7 @@ the shadow home, followed by the user's own global one: Gemini has no flag that
 appends to its system prompt, and replacing it (`GEMINI_SYSTEM_MD`) would drop
 the CLI's own tool instructions.
 """
+
 from __future__ import annotations
 
 import json
@@ -24,8 +25,21 @@ import re
 from pathlib import Path
 
 from ..models import TerminalStatus
-from ._node_settings import (box_question, dialog_keys, hooks, last_answer, last_box, last_index, last_turn,
-                             mcp_servers, merge, read_jsonc, trim, write_json, write_private)
+from ._node_settings import (
+    box_question,
+    dialog_keys,
+    hooks,
+    last_answer,
+    last_box,
+    last_index,
+    last_turn,
+    mcp_servers,
+    merge,
+    read_jsonc,
+    trim,
+    write_json,
+    write_private,
+)
 from .base import Launch, LaunchContext, Provider, Screen, StatusReading
 from .common import MCP_SERVER_NAME, terminal_dir
 
@@ -34,9 +48,13 @@ _HOOK_EVENTS = ("BeforeAgent", "AfterTool", "AfterAgent")
 # Entries of the real home that Gemini reads through its home directory as well.
 _HOME_ENTRIES = (".agents", ".env")
 # cao's profile vocabulary → Gemini tool names, for allowed tools given in the Claude/Kiro style.
-_TOOL_ALIASES = {"execute_bash": ["run_shell_command"], "bash": ["run_shell_command"],
-                 "shell": ["run_shell_command"], "fs_read": ["read_file", "list_directory", "glob", "grep_search"],
-                 "fs_write": ["write_file", "replace"]}
+_TOOL_ALIASES = {
+    "execute_bash": ["run_shell_command"],
+    "bash": ["run_shell_command"],
+    "shell": ["run_shell_command"],
+    "fs_read": ["read_file", "list_directory", "glob", "grep_search"],
+    "fs_write": ["write_file", "replace"],
+}
 
 
 def _overlay(ctx: LaunchContext, user: dict) -> dict:
@@ -60,7 +78,7 @@ def _overlay(ctx: LaunchContext, user: dict) -> dict:
     if isinstance(allowed, list):  # a user allow-list would otherwise hide cao's server
         overlay["mcp"] = {"allowed": [MCP_SERVER_NAME]}
     auth = (user.get("security") or {}).get("auth", {}) if isinstance(user.get("security"), dict) else {}
-    if not (isinstance(auth, dict) and auth.get("selectedType")) and os.environ.get("GEMINI_API_KEY"):
+    if not (isinstance(auth, dict) and auth.get("selectedType")) and ctx.environ.get("GEMINI_API_KEY"):
         overlay["security"]["auth"] = {"selectedType": "gemini-api-key"}  # else an auth picker at start
     return overlay
 
@@ -97,7 +115,7 @@ def _policy_file(directory: Path, tools: list[str]) -> Path:
 
 def build_launch(ctx: LaunchContext) -> Launch:
     own = terminal_dir(ctx)
-    user_home = Path(os.environ.get("GEMINI_CLI_HOME") or Path.home())
+    user_home = Path(ctx.environ.get("GEMINI_CLI_HOME") or Path.home())
     user_dir = user_home / ".gemini"
     user_settings = read_jsonc(user_dir / "settings.json")
     settings = merge(user_settings, _overlay(ctx, user_settings))
@@ -122,12 +140,19 @@ def build_launch(ctx: LaunchContext) -> Launch:
     # TRUST_WORKSPACE: no trust screen even where an admin setting turns folder trust back on.
     # CI=0: Gemini treats a set CI variable as "not interactive" and exits at once asking
     # for stdin; an agent started by a cao-server that itself runs under CI must stay a TUI.
-    return Launch(argv=argv, env={"GEMINI_CLI_HOME": str(shadow), "GEMINI_CLI_NO_RELAUNCH": "1",
-                                  "GEMINI_CLI_TRUST_WORKSPACE": "true", "CI": "0",
-                                  "CONTINUOUS_INTEGRATION": "0"})
+    return Launch(
+        argv=argv,
+        env={
+            "GEMINI_CLI_HOME": str(shadow),
+            "GEMINI_CLI_NO_RELAUNCH": "1",
+            "GEMINI_CLI_TRUST_WORKSPACE": "true",
+            "CI": "0",
+            "CONTINUOUS_INTEGRATION": "0",
+        },
+    )
 
 
-def status_from_hook(event: str, payload: dict) -> StatusReading | None:
+def status_from_hook(event: str, payload: dict, last_event: str | None = None) -> StatusReading | None:
     """BeforeAgent/AfterTool: busy; AfterAgent: done. The permission dialog is left to the screen:
     Gemini's Notification(ToolPermission) hook fires about half a second before the dialog takes
     keys, and an answer typed in that gap is lost (seen with answer_user_prompt)."""
@@ -166,8 +191,10 @@ def _dialog(rows: list[str]) -> StatusReading | None:
     box = last_box(rows, _STATUS_ROW)
     text = "\n".join(box)
     if all(cue in text for cue in _SIGN_IN):
-        return StatusReading(TerminalStatus.ERROR, "Gemini CLI is not signed in: set GEMINI_API_KEY (or "
-                             "another auth method) or run `gemini` once and sign in")
+        return StatusReading(
+            TerminalStatus.ERROR,
+            "Gemini CLI is not signed in: set GEMINI_API_KEY (or another auth method) or run `gemini` once and sign in",
+        )
     if not any(_OPTION.match(r) for r in box):
         return None
     return StatusReading(TerminalStatus.WAITING_USER_ANSWER, box_question(box, _OPTION))
@@ -176,8 +203,7 @@ def _dialog(rows: list[str]) -> StatusReading | None:
 def read_status(screen: Screen) -> StatusReading:
     rows = [row.rstrip() for row in screen.lines]
     rule = last_index(rows, lambda r: bool(_RULE.match(r)))
-    prompt = None if rule is None else next(
-        (i for i in range(rule + 1, len(rows)) if _PROMPT.match(rows[i])), None)
+    prompt = None if rule is None else next((i for i in range(rule + 1, len(rows)) if _PROMPT.match(rows[i])), None)
     if prompt is None:  # no composer: a dialog, or still starting
         return _dialog(rows) or StatusReading(TerminalStatus.UNKNOWN)
     typed = rows[prompt][3:].strip(" \u200b")  # a zero-width space can stand for the cursor

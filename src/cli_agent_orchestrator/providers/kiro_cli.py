@@ -14,6 +14,7 @@ Status: §11's rules in order, first match wins, on the rendered screen rather t
 the reference's colour-stripped output stream (a redrawn line is one row either way).
 The idle prompt's profile part matches any agent name, not only this terminal's.
 """
+
 from __future__ import annotations
 
 import re
@@ -28,21 +29,33 @@ from .base import Launch, LaunchContext, Provider, Screen, StatusReading
 # `>` is typed input. TUI: the empty composer's placeholder.
 _LEGACY_PROMPT = re.compile(r"^\s*\[[\w.-]+\]\s*(?:\d{1,3}%\s*)?(?:λ\s*)?(?:!\s*)?>(?P<typed>.*)$")
 _TUI_PROMPT = re.compile(r"[Aa]sk a question,? or describe a task")
-_BOOT = re.compile(r"Initializing\.\.\.|\d+ of \d+ mcp servers initialized\. ctrl-c to start chatting now"
-                   r"|Initializing · type to queue a message")
+_BOOT = re.compile(
+    r"Initializing\.\.\.|\d+ of \d+ mcp servers initialized\. ctrl-c to start chatting now"
+    r"|Initializing · type to queue a message"
+)
 _WORKING = re.compile(r"Kiro is working|Thinking\.\.\.")
 _CONSENT_FOOTER = "esc to cancel · ↑↓ to navigate · ↵ to select"
 _CONSENT_BODY = "Kiro is running in trust all tools mode"
 _CONSENT_CURSOR = re.compile(r"^\s*❯\s*No, exit\b")
 _TROUBLE = re.compile(r"kiro is having trouble responding right now", re.I)
-_PERMISSION = re.compile(r"Allow this action\? \[y/n/t\]:|\bYes\s{2,}No\s{2,}Always Allow\b"
-                         r"|Yes, single permission.*Trust, always allow.*\bNo\b")
+_PERMISSION = re.compile(
+    r"Allow this action\? \[y/n/t\]:|\bYes\s{2,}No\s{2,}Always Allow\b"
+    r"|Yes, single permission.*Trust, always allow.*\bNo\b"
+)
 _CREDITS = re.compile(r"▸ Credits: [\d.,]+")
 _RULE = re.compile(r"^\s*─{20,}\s*$")
 _HEADER = re.compile(r"^\s*\S+ · .+ · ◔ \d{1,3}%\s*$")  # `<profile> · <model> · ◔ NN%`
 
 
 # --- launch ------------------------------------------------------------------------
+
+
+def _typed(row: str) -> str:
+    """What a legacy prompt row holds after the prompt ("" for any other row)."""
+    match = _LEGACY_PROMPT.match(row)
+    return match["typed"] if match else ""
+
+
 def unrestricted(ctx: LaunchContext) -> bool:
     return ctx.yolo or "*" in (ctx.allowed_tools or [])
 
@@ -78,7 +91,7 @@ def _last(rows: list[str], test) -> int:
 
 
 def _prompts_after(rows: list[str], index: int) -> int:
-    return sum(1 for row in rows[index + 1:] if _is_prompt(row))
+    return sum(1 for row in rows[index + 1 :] if _is_prompt(row))
 
 
 def _is_arrow(row: str) -> bool:
@@ -88,7 +101,7 @@ def _is_arrow(row: str) -> bool:
 def _tui_block(rows: list[str], end: int) -> tuple[int, int] | None:
     """The two rules nearest above row `end` when they enclose ≥ 2 non-empty rows."""
     rules = [i for i in range(end - 1, -1, -1) if _RULE.match(rows[i])][:2]
-    if len(rules) == 2 and sum(1 for r in rows[rules[1] + 1:rules[0]] if r.strip()) >= 2:
+    if len(rules) == 2 and sum(1 for r in rows[rules[1] + 1 : rules[0]] if r.strip()) >= 2:
         return rules[1], rules[0]
     return None
 
@@ -144,25 +157,25 @@ def extract_reply(history_lines: list[str]) -> str | None:
         start = _last(rows[:credits], _CREDITS.search) + 1
         outer = next((i for i in range(start, credits) if _RULE.match(rows[i])), None)
         if outer is not None:
-            return _without_first_paragraph(rows[outer + 1:credits])
+            return _without_first_paragraph(rows[outer + 1 : credits])
     tui_idle = _last(rows, _TUI_PROMPT.search)
     if tui_idle >= 0 and (block := _tui_block(rows, tui_idle)):  # newer TUI, no Credits line
-        body = rows[block[0] + 1:block[1]]
+        body = rows[block[0] + 1 : block[1]]
         return _without_first_paragraph([r for r in body if not _HEADER.match(r)])
     prompts = [i for i, row in enumerate(rows) if _LEGACY_PROMPT.match(row)]
     # Legacy. The last exchange starts at the last prompt holding submitted input (the
     # final prompt's text, if any, is still in the composer).
-    asked = max((p for p in prompts[:-1] if _LEGACY_PROMPT.match(rows[p])["typed"].strip()), default=-1)
+    asked = max((p for p in prompts[:-1] if _typed(rows[p]).strip()), default=-1)
     arrow = _last(rows, _is_arrow)
     if arrow > asked:  # the reply: from the green arrow to the next idle prompt, less a Credits footer
         end = next((p for p in prompts if p > arrow), len(rows))
-        body = [rows[arrow][1:].lstrip(), *rows[arrow + 1:end]]
+        body = [rows[arrow][1:].lstrip(), *rows[arrow + 1 : end]]
         while body and (not body[-1].strip() or _CREDITS.search(body[-1])):
             body.pop()
         return "\n".join(body) or None
-    if asked >= 0 and _LEGACY_PROMPT.match(rows[asked])["typed"].strip().startswith("/"):
+    if asked >= 0 and _typed(rows[asked]).strip().startswith("/"):
         end = next(p for p in prompts if p > asked)  # a slash command: its output
-        return "\n".join(rows[asked + 1:end]).strip("\n") or None
+        return "\n".join(rows[asked + 1 : end]).strip("\n") or None
     return None  # the last exchange has no reply (never an older exchange's)
 
 

@@ -15,6 +15,7 @@ and POSTs the few that matter to cao-server's `/terminals/{id}/hooks`. Unlike
 `opencode --port` + `GET /event`, that needs no long-lived SSE reader inside
 cao-server and no port per terminal, and `--port` cannot be combined with `--mini`.
 """
+
 from __future__ import annotations
 
 import json
@@ -35,8 +36,14 @@ from .common import MCP_SERVER_NAME, mcp_server, terminal_dir
 MCP_CALL_TIMEOUT_MS = 3_900_000
 # cao's tool vocabulary → opencode permission keys (opencode's own names pass through).
 _READ = ["read", "grep", "glob", "list"]
-_TOOL_KEYS = {"execute_bash": ["bash"], "fs_read": _READ, "fs_list": ["list", "glob"], "fs_write": ["edit"],
-              "fs_*": [*_READ, "edit"], "web_fetch": ["webfetch", "websearch"]}
+_TOOL_KEYS = {
+    "execute_bash": ["bash"],
+    "fs_read": _READ,
+    "fs_list": ["list", "glob"],
+    "fs_write": ["edit"],
+    "fs_*": [*_READ, "edit"],
+    "web_fetch": ["webfetch", "websearch"],
+}
 _BUILTIN = sorted({k for keys in _TOOL_KEYS.values() for k in keys} | {"task", "skill", "lsp", "codesearch"})
 # Tools with side effects ask first unless the terminal runs in bypass mode.
 _ASKING = ("bash", "edit", "webfetch", "websearch", "external_directory", "doom_loop")
@@ -128,8 +135,9 @@ export const CaoStatus = async () => {
 
 # --- launch ------------------------------------------------------------------------
 def _bypass(ctx: LaunchContext) -> bool:
-    return (ctx.yolo or "*" in (ctx.allowed_tools or [])
-            or ctx.profile_extra.get("permissionMode") == "bypassPermissions")
+    return (
+        ctx.yolo or "*" in (ctx.allowed_tools or []) or ctx.profile_extra.get("permissionMode") == "bypassPermissions"
+    )
 
 
 def _permissions(ctx: LaunchContext) -> dict[str, str]:
@@ -166,17 +174,25 @@ def _mcp(ctx: LaunchContext) -> dict[str, dict]:
     """cao-mcp-server (carrying this terminal's identity) plus the profile's other servers."""
     servers: dict[str, dict] = {}
     declared = ctx.profile_extra.get("mcpServers")
-    for name, spec in (declared.items() if isinstance(declared, Mapping) else []):
+    for name, spec in declared.items() if isinstance(declared, Mapping) else []:
         if name == MCP_SERVER_NAME or not isinstance(spec, Mapping):
             continue
         if spec.get("url"):
             servers[str(name)] = {"type": "remote", "url": spec["url"], "headers": dict(spec.get("headers") or {})}
         elif spec.get("command"):
-            servers[str(name)] = {"type": "local", "command": [str(spec["command"]), *map(str, spec.get("args") or [])],
-                                  "environment": {str(k): str(v) for k, v in (spec.get("env") or {}).items()}}
+            servers[str(name)] = {
+                "type": "local",
+                "command": [str(spec["command"]), *map(str, spec.get("args") or [])],
+                "environment": {str(k): str(v) for k, v in (spec.get("env") or {}).items()},
+            }
     own = mcp_server(ctx)
-    servers[MCP_SERVER_NAME] = {"type": "local", "command": [own["command"], *own["args"]],
-                                "environment": own["env"], "enabled": True, "timeout": MCP_CALL_TIMEOUT_MS}
+    servers[MCP_SERVER_NAME] = {
+        "type": "local",
+        "command": [own["command"], *own["args"]],
+        "environment": own["env"],
+        "enabled": True,
+        "timeout": MCP_CALL_TIMEOUT_MS,
+    }
     return servers
 
 
@@ -185,12 +201,20 @@ def agent_name(profile: str) -> str:
 
 
 def config(ctx: LaunchContext, plugin: Path) -> dict[str, Any]:
-    agent: dict[str, Any] = {"description": f"cao agent profile {ctx.profile_name}", "mode": "primary",
-                             "prompt": ctx.system_prompt or f"You are the cao agent {ctx.profile_name}."}
+    agent: dict[str, Any] = {
+        "description": f"cao agent profile {ctx.profile_name}",
+        "mode": "primary",
+        "prompt": ctx.system_prompt or f"You are the cao agent {ctx.profile_name}.",
+    }
     if ctx.model:
         agent["model"] = ctx.model
-    return {"mcp": _mcp(ctx), "plugin": [plugin.as_uri()], "experimental": {"mcp_timeout": MCP_CALL_TIMEOUT_MS},
-            "permission": _permissions(ctx), "agent": {agent_name(ctx.profile_name): agent}}
+    return {
+        "mcp": _mcp(ctx),
+        "plugin": [plugin.as_uri()],
+        "experimental": {"mcp_timeout": MCP_CALL_TIMEOUT_MS},
+        "permission": _permissions(ctx),
+        "agent": {agent_name(ctx.profile_name): agent},
+    }
 
 
 def _write(path: Path, text: str, mode: int = 0o600) -> None:
@@ -214,14 +238,18 @@ def build_launch(ctx: LaunchContext) -> Launch:
     # because a shell defers traps while a foreground child runs and a killed window
     # (SIGHUP to this shell, the session leader) must reach opencode at once.
     script = own / "opencode-launch.sh"
-    _write(script, "#!/bin/sh\n"
-           f"own={shlex.quote(str(own))}; TMPDIR=\"$own/tmp\"; export TMPDIR; mkdir -p \"$TMPDIR\"\n"
-           "trap 'rm -rf \"$own\"' EXIT\n"
-           "trap 'kill -HUP $child 2>/dev/null; wait $child; exit 129' HUP\n"
-           "trap 'kill -TERM $child 2>/dev/null; wait $child; exit 143' TERM\n"
-           f"{shlex.join(argv)} <&0 &\nchild=$!\nwait $child\n", 0o700)
+    _write(
+        script,
+        "#!/bin/sh\n"
+        f'own={shlex.quote(str(own))}; TMPDIR="$own/tmp"; export TMPDIR; mkdir -p "$TMPDIR"\n'
+        "trap 'rm -rf \"$own\"' EXIT\n"
+        "trap 'kill -HUP $child 2>/dev/null; wait $child; exit 129' HUP\n"
+        "trap 'kill -TERM $child 2>/dev/null; wait $child; exit 143' TERM\n"
+        f"{shlex.join(argv)} <&0 &\nchild=$!\nwait $child\n",
+        0o700,
+    )
     env = {"OPENCODE_CONFIG": str(settings), "OPENCODE_DISABLE_AUTOUPDATE": "1"}
-    if os.environ.get("OPENCODE_CONFIG"):
+    if ctx.environ.get("OPENCODE_CONFIG"):
         # The user points opencode at a config of their own: keep it, and layer ours on
         # top as inline config (merged after every file, so our keys still apply).
         env = {"OPENCODE_CONFIG_CONTENT": text, "OPENCODE_DISABLE_AUTOUPDATE": "1"}
@@ -229,7 +257,7 @@ def build_launch(ctx: LaunchContext) -> Launch:
 
 
 # --- the plugin's events -----------------------------------------------------------
-def status_from_hook(event: str, payload: dict) -> StatusReading | None:
+def status_from_hook(event: str, payload: dict, last_event: str | None = None) -> StatusReading | None:
     if event in ("session.busy", "permission.replied"):
         return StatusReading(TerminalStatus.PROCESSING)
     if event == "session.retry":
@@ -237,8 +265,10 @@ def status_from_hook(event: str, payload: dict) -> StatusReading | None:
     if event == "permission.asked":
         what = payload.get("permission") or "a tool"
         patterns = ", ".join(map(str, payload.get("patterns") or []))[:200]
-        return StatusReading(TerminalStatus.WAITING_USER_ANSWER,
-                             f"opencode asks permission for {what}" + (f": {patterns}" if patterns else ""))
+        return StatusReading(
+            TerminalStatus.WAITING_USER_ANSWER,
+            f"opencode asks permission for {what}" + (f": {patterns}" if patterns else ""),
+        )
     if event == "session.idle":
         if payload.get("error"):
             return StatusReading(TerminalStatus.ERROR, str(payload["error"])[:500])
@@ -279,7 +309,7 @@ def read_status(screen: Screen) -> StatusReading:
     head = next((i for i in range(len(rows) - 1, user, -1) if _PERMISSION in rows[i]), None)
     if head is not None and "Allow once" in last and "Reject" in last:
         # The dialog replaces the composer and the footer; its body says what would run.
-        body = " · ".join(r.strip() for r in rows[head + 1:-1] if r.strip())
+        body = " · ".join(r.strip() for r in rows[head + 1 : -1] if r.strip())
         return StatusReading(TerminalStatus.WAITING_USER_ANSWER, f"opencode asks for permission: {body}"[:300])
     if _FOOTER not in last:
         return StatusReading(TerminalStatus.UNKNOWN)  # starting, exiting, or a menu over the footer
@@ -287,13 +317,13 @@ def read_status(screen: Screen) -> StatusReading:
     typed = bool(composer) and not composer[0].lstrip().startswith(_PLACEHOLDER)
     if _BUSY.search(last):
         return StatusReading(TerminalStatus.PROCESSING, composer_has_text=typed)
-    above = rows[:len(rows) - 1 - len(composer)]
+    above = rows[: len(rows) - 1 - len(composer)]
     user = max((i for i, r in enumerate(above) if r.startswith(_USER)), default=-1)
     done = max((i for i, r in enumerate(above) if r.startswith(_DONE)), default=-1)
     if done > user >= 0 and not typed:
         # A failed turn prints its error in the transcript and again below the ▣ row.
         turn = set(above[user:done])
-        notice = [r for r in above[done + 1:] if r.strip()]
+        notice = [r for r in above[done + 1 :] if r.strip()]
         if notice and all(r in turn for r in notice):
             return StatusReading(TerminalStatus.ERROR, " ".join(r.strip() for r in notice)[:500])
         if [r for r in above[user:done] if r.strip()][-1] != _ABORTED:
@@ -351,9 +381,11 @@ def extract_reply(history_lines: list[str]) -> str | None:
 
 
 # The permission dialog is a menu (Allow once / Allow always / Reject) that ignores typed text.
-_DIALOG_KEYS = (({"y", "yes", "1", "allow", "allow once", "once"}, ["Enter"]),
-                ({"a", "always", "2", "allow always"}, ["Right", "Enter"]),
-                ({"n", "no", "3", "reject", "deny", "cancel"}, ["Escape"]))
+_DIALOG_KEYS = (
+    ({"y", "yes", "1", "allow", "allow once", "once"}, ["Enter"]),
+    ({"a", "always", "2", "allow always"}, ["Right", "Enter"]),
+    ({"n", "no", "3", "reject", "deny", "cancel"}, ["Escape"]),
+)
 
 
 def dialog_keys(screen: Screen, answer: str) -> list[str] | None:

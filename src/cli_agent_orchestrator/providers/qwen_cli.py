@@ -11,31 +11,45 @@ profile's prompt goes in with `--append-system-prompt` (Qwen keeps its own).
 `general.enableAutoUpdate: false` is not optional: by default Qwen updates
 itself with a global `npm install` on start.
 """
+
 from __future__ import annotations
 
-import os
 import re
 from pathlib import Path
 
 from ..models import TerminalStatus
-from ._node_settings import (box_question, dialog_keys, hooks, last_answer, last_box, last_turn, mcp_servers, merge,
-                             read_jsonc, write_json)
+from ._node_settings import (
+    box_question,
+    dialog_keys,
+    hooks,
+    last_answer,
+    last_box,
+    last_turn,
+    mcp_servers,
+    merge,
+    read_jsonc,
+    write_json,
+)
 from .base import Launch, LaunchContext, Provider, Screen, StatusReading
 from .common import terminal_dir
 
 SETTINGS_VERSION = 4  # Qwen 0.15 rewrites a settings file without this `$version`
 _HOOK_EVENTS = ("UserPromptSubmit", "PostToolUse", "StopFailure", "Notification")
-_TOOL_ALIASES = {"execute_bash": ["run_shell_command"], "bash": ["run_shell_command"],
-                 "shell": ["run_shell_command"], "fs_read": ["read_file", "list_directory", "glob", "grep_search"],
-                 "fs_write": ["write_file", "edit"]}
+_TOOL_ALIASES = {
+    "execute_bash": ["run_shell_command"],
+    "bash": ["run_shell_command"],
+    "shell": ["run_shell_command"],
+    "fs_read": ["read_file", "list_directory", "glob", "grep_search"],
+    "fs_write": ["write_file", "edit"],
+}
 
 
-def _system_path() -> Path:
-    return Path(os.environ.get("QWEN_CODE_SYSTEM_SETTINGS_PATH") or "/etc/qwen-code/settings.json")
+def _system_path(ctx: LaunchContext) -> Path:
+    return Path(ctx.environ.get("QWEN_CODE_SYSTEM_SETTINGS_PATH") or "/etc/qwen-code/settings.json")
 
 
-def _user_settings() -> dict:
-    qwen_home = os.environ.get("QWEN_HOME")
+def _user_settings(ctx: LaunchContext) -> dict:
+    qwen_home = ctx.environ.get("QWEN_HOME")
     return read_jsonc(Path(qwen_home) / "settings.json" if qwen_home else Path.home() / ".qwen" / "settings.json")
 
 
@@ -53,15 +67,15 @@ def _overlay(ctx: LaunchContext) -> dict:
         # Plain child processes for the shell tool: output capture does not race a pty.
         "tools": {"shell": {"enableInteractiveShell": False}},
     }
-    auth = (_user_settings().get("security") or {}).get("auth")
-    if not (isinstance(auth, dict) and auth.get("selectedType")) and os.environ.get("OPENAI_API_KEY"):
+    auth = (_user_settings(ctx).get("security") or {}).get("auth")
+    if not (isinstance(auth, dict) and auth.get("selectedType")) and ctx.environ.get("OPENAI_API_KEY"):
         # The system scope wins over the user's: only pick an auth type the user has not picked.
         overlay["security"]["auth"] = {"selectedType": "openai"}
     return overlay
 
 
 def build_launch(ctx: LaunchContext) -> Launch:
-    system = _system_path()
+    system = _system_path(ctx)
     ours = terminal_dir(ctx) / "qwen-settings.json"
     write_json(ours, merge(read_jsonc(system), _overlay(ctx)))
     tools = ctx.allowed_tools or []
@@ -74,37 +88,33 @@ def build_launch(ctx: LaunchContext) -> Launch:
     allowed = [name for tool in tools if tool != "*" for name in _TOOL_ALIASES.get(tool.lower(), [tool])]
     if allowed and not yolo:
         argv += ["--allowed-tools", *allowed]
-    env = {"QWEN_CODE_SYSTEM_SETTINGS_PATH": str(ours),
-           # The defaults file is looked up beside the system file: keep the admin's in force.
-           "QWEN_CODE_SYSTEM_DEFAULTS_PATH": os.environ.get("QWEN_CODE_SYSTEM_DEFAULTS_PATH")
-           or str(system.parent / "system-defaults.json"),
-           "QWEN_CODE_NO_RELAUNCH": "true"}  # one node process, not a launcher plus a child
+    env = {
+        "QWEN_CODE_SYSTEM_SETTINGS_PATH": str(ours),
+        # The defaults file is looked up beside the system file: keep the admin's in force.
+        "QWEN_CODE_SYSTEM_DEFAULTS_PATH": ctx.environ.get("QWEN_CODE_SYSTEM_DEFAULTS_PATH")
+        or str(system.parent / "system-defaults.json"),
+        "QWEN_CODE_NO_RELAUNCH": "true",
+    }  # one node process, not a launcher plus a child
     return Launch(argv=argv, env=env)
 
 
-# Sessions whose last turn failed (StopFailure): their idle notice must not turn the error into
-# "done". Entries live from a failure to the idle notice right after it.
-_FAILED: set[str] = set()
-
-
-def status_from_hook(event: str, payload: dict) -> StatusReading | None:
+def status_from_hook(event: str, payload: dict, last_event: str | None = None) -> StatusReading | None:
     """Claude-style hooks. The end of a turn is `Notification(idle_prompt)`, which the UI sends once
     it has gone idle: `Stop` runs before the answer is drawn (seen: "completed" while the screen
     still showed the spinner and no answer). `Notification(permission_prompt)` also comes from the
-    UI, after the dialog is drawn, so an answer sent at once is taken (unlike Gemini's hook)."""
-    session = str(payload.get("session_id") or "")
+    UI, after the dialog is drawn, so an answer sent at once is taken (unlike Gemini's hook).
+    The idle notice right after a failed turn (`StopFailure`) must not turn the error into done."""
     if event in ("UserPromptSubmit", "PostToolUse"):
-        _FAILED.discard(session)
         return StatusReading(TerminalStatus.PROCESSING)
     if event == "StopFailure":
-        _FAILED.add(session)
-        return StatusReading(TerminalStatus.ERROR, str(payload.get("error_details") or payload.get("error")
-                                                       or "the model request failed"))
+        return StatusReading(
+            TerminalStatus.ERROR,
+            str(payload.get("error_details") or payload.get("error") or "the model request failed"),
+        )
     if event == "Notification" and payload.get("notification_type") == "permission_prompt":
         return StatusReading(TerminalStatus.WAITING_USER_ANSWER, str(payload.get("message") or "permission"))
     if event == "Notification" and payload.get("notification_type") == "idle_prompt":
-        if session in _FAILED:
-            _FAILED.discard(session)
+        if last_event == "StopFailure":
             return None
         return StatusReading(TerminalStatus.COMPLETED)  # also ends a cancelled turn, which has no hook
     return None
@@ -143,11 +153,11 @@ def read_status(screen: Screen) -> StatusReading:
     composer = rules[-2] + 1 if len(rules) >= 2 and _COMPOSER.match(rows[rules[-2] + 1]) else None
     if composer is None:  # no composer: a dialog, or still starting
         return _dialog(rows) or StatusReading(TerminalStatus.UNKNOWN)
-    if any(cue in row for row in rows[rules[-1]:] for cue in _STARTING):
+    if any(cue in row for row in rows[rules[-1] :] for cue in _STARTING):
         return StatusReading(TerminalStatus.UNKNOWN)  # input now would run without cao's MCP tools
     typed = rows[composer][2:].strip(" \u200b")  # the cursor of an empty composer is a zero-width space
     has_text = bool(typed) and not typed.startswith(_PLACEHOLDER)
-    history = rows[:rules[-2]]
+    history = rows[: rules[-2]]
     if any(_BUSY.match(row) for row in history[-3:]):
         return StatusReading(TerminalStatus.PROCESSING, composer_has_text=has_text)
     asked = _dialog(history)
@@ -155,7 +165,7 @@ def read_status(screen: Screen) -> StatusReading:
         return StatusReading(asked.status, asked.reason, composer_has_text=has_text)
     asked_at, answer = last_turn(history, _ECHO, _ANSWER)
     if asked_at is not None and answer is None:  # the last turn has no answer: did it fail?
-        failed = next((r for r in history[asked_at + 1:] if r.startswith(_ERROR)), None)
+        failed = next((r for r in history[asked_at + 1 :] if r.startswith(_ERROR)), None)
         if failed is not None:
             return StatusReading(TerminalStatus.ERROR, failed[4:].strip(), composer_has_text=has_text)
     done = answer is not None and not has_text
@@ -165,7 +175,7 @@ def read_status(screen: Screen) -> StatusReading:
 def extract_reply(history_lines: list[str]) -> str | None:
     lines = [line.rstrip() for line in history_lines]
     rules = [i for i, row in enumerate(lines) if _RULE.match(row)]
-    history = lines[:rules[-2]] if len(rules) >= 2 else lines
+    history = lines[: rules[-2]] if len(rules) >= 2 else lines
     return last_answer(history, _ECHO, _ANSWER, _STATUS_ROW)
 
 

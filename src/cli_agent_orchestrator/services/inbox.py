@@ -23,9 +23,11 @@ How the guarantee is kept:
   is a terminal is told so in its own inbox.
 * A locked database delays a delivery (retried shortly), never loses or repeats it.
 """
+
 from __future__ import annotations
 
 import asyncio
+import builtins
 import logging
 import re
 
@@ -36,9 +38,12 @@ from ..models import TERMINAL_ID_RE, InboxMessage, MessageStatus
 from ..providers.base import Screen
 from ..settings import Settings
 from ..store import Store
+from ..tasks import TaskGroup
 from .input import InputService, is_ready_for_input, neutralise
-from .status import StatusMonitor
-from .terminals import TerminalService, check_terminal_id
+from .status.monitor import StatusMonitor
+from .status.view import TerminalView
+from .terminals.names import check_terminal_id
+from .terminals.service import TerminalService
 
 log = logging.getLogger(__name__)
 
@@ -60,14 +65,23 @@ PASTE_SUMMARIES = (
 
 
 class InboxService:
-    def __init__(self, settings: Settings, store: Store, bus: EventBus, terminals: TerminalService,
-                 monitor: StatusMonitor, typing: InputService):
+    def __init__(
+        self,
+        settings: Settings,
+        store: Store,
+        bus: EventBus,
+        terminals: TerminalService,
+        monitor: StatusMonitor,
+        typing: InputService,
+        tasks: TaskGroup,
+    ):
         self.settings = settings
         self.store = store
         self.bus = bus
         self.terminals = terminals
         self.monitor = monitor
         self.typing = typing
+        self.tasks = tasks
         self._sweeper: asyncio.Task | None = None
         self._retrying: set[str] = set()  # receivers with a delivery retry scheduled
         self._settling: set[int] = set()  # messages whose fate this process is writing
@@ -87,7 +101,7 @@ class InboxService:
             raise NotFound(f"receiver terminal {receiver_id} not found")
         msg = await self.store.run(self.store.add_message, sender_id, receiver_id, message)
         self.bus.publish(InboxQueued(msg.id, receiver_id, sender_id))
-        self.terminals.spawn_background(self.deliver_pending(receiver_id))
+        self.tasks.spawn(self.deliver_pending(receiver_id), f"deliver:{receiver_id}")
         return msg
 
     async def list(self, receiver_id: str, status: MessageStatus | None, limit: int) -> list[InboxMessage]:
@@ -107,9 +121,10 @@ class InboxService:
     async def _deliver_pending(self, receiver_id: str) -> bool:
         lock = self.typing.lock(receiver_id)
         async with lock:
-            if not is_ready_for_input(self.monitor.status(receiver_id), self._eager(receiver_id)):
+            view = self.monitor.view(receiver_id)
+            if view is None or not is_ready_for_input(view.status, self._eager(view)):
                 return False
-            if self.monitor.composer_has_text(receiver_id):
+            if view.composer_has_text:
                 return False  # someone is typing there; a paste would mangle both texts
             msg = await self.store.run(self.store.next_pending, receiver_id)
             if msg is None:
@@ -158,45 +173,47 @@ class InboxService:
 
         def again() -> None:
             self._retrying.discard(receiver_id)
-            self.terminals.spawn_background(self.deliver_pending(receiver_id))
+            self.tasks.spawn(self.deliver_pending(receiver_id), f"deliver:{receiver_id}")
 
         asyncio.get_running_loop().call_later(BUSY_RETRY_S, again)
 
-    def _eager(self, receiver_id: str) -> bool:
-        if not self.settings.eager_inbox_delivery:
-            return False
-        provider = self.monitor.provider_of(receiver_id)
-        return bool(provider and provider.accepts_input_while_busy)
+    def _eager(self, view: TerminalView | None) -> bool:
+        return bool(self.settings.eager_inbox_delivery and view and view.provider.accepts_input_while_busy)
 
     async def on_status(self, event: Event) -> None:
         assert isinstance(event, StatusChanged)
-        if is_ready_for_input(event.status, self._eager(event.terminal_id)):
+        if is_ready_for_input(event.status, self._eager(self.monitor.view(event.terminal_id))):
             await self.deliver_pending(event.terminal_id)
 
     async def on_removed(self, event: Event) -> None:
         assert isinstance(event, TerminalRemoved)
-        why = "receiver terminal was deleted" if event.reason in ("", "deleted") else \
-            f"receiver terminal is gone ({event.reason})"
+        why = (
+            "receiver terminal was deleted"
+            if event.reason in ("", "deleted")
+            else f"receiver terminal is gone ({event.reason})"
+        )
         failed = await self.store.run(self.store.fail_pending_for, event.terminal_id, why)
         await self._notify_senders(failed)
 
-    async def _fail(self, messages: list[InboxMessage], reason: str) -> None:
+    async def _fail(self, messages: builtins.list[InboxMessage], reason: str) -> None:  # (`list` is a method)
         for msg in messages:
             await self.store.run(self.store.finish_message, msg.id, MessageStatus.FAILED, reason)
             msg.error = reason
         await self._notify_senders(messages)
 
-    async def _notify_senders(self, messages: list[InboxMessage]) -> None:
+    async def _notify_senders(self, messages: builtins.list[InboxMessage]) -> None:
         for msg in messages:
             self.bus.publish(InboxFailed(msg.id, msg.receiver_id, msg.sender_id, msg.error or ""))
             if TERMINAL_ID_RE.match(msg.sender_id):
                 sender = await self.store.run(self.store.get_terminal, msg.sender_id)
                 if sender is not None and not sender.gone:
-                    note = (f"[cao] Your message #{msg.id} to terminal {msg.receiver_id} was not delivered: "
-                            f"{msg.error}. Its text began: {msg.message[:200]!r}")
+                    note = (
+                        f"[cao] Your message #{msg.id} to terminal {msg.receiver_id} was not delivered: "
+                        f"{msg.error}. Its text began: {msg.message[:200]!r}"
+                    )
                     notice = await self.store.run(self.store.add_message, SYSTEM_SENDER, msg.sender_id, note)
                     self.bus.publish(InboxQueued(notice.id, msg.sender_id, SYSTEM_SENDER))
-                    self.terminals.spawn_background(self.deliver_pending(msg.sender_id))
+                    self.tasks.spawn(self.deliver_pending(msg.sender_id), f"deliver:{msg.sender_id}")
 
     # --- crash recovery and safety net --------------------------------------------
     async def recover(self) -> None:
@@ -212,8 +229,7 @@ class InboxService:
                 continue  # a live delivery owns it
             async with self.typing.lock(msg.receiver_id):
                 current = await self.store.run(self.store.get_message, msg.id)
-                if (current is not None and current.status == MessageStatus.DELIVERING
-                        and msg.id not in self._settling):
+                if current is not None and current.status == MessageStatus.DELIVERING and msg.id not in self._settling:
                     await self._reconcile(current, why)
 
     async def _reconcile(self, msg: InboxMessage, why: str) -> None:
@@ -239,8 +255,7 @@ class InboxService:
                     pass  # it landed; the agent died after
             await self._settle(msg, MessageStatus.DELIVERED)
         else:
-            log.info("message %s not in %s's pane after its mark (%s): back to pending",
-                     msg.id, msg.receiver_id, why)
+            log.info("message %s not in %s's pane after its mark (%s): back to pending", msg.id, msg.receiver_id, why)
             await self._settle(msg, MessageStatus.PENDING)
 
     async def _mark(self, msg: InboxMessage, window_id: str) -> str | None:
@@ -270,20 +285,21 @@ class InboxService:
 
     async def _composer_has_text(self, receiver_id: str, window_id: str) -> bool:
         """Read from the pane itself: after a restart the monitor may not have a screen yet."""
-        provider = self.monitor.provider_of(receiver_id)
-        if provider is None:
+        view = self.monitor.view(receiver_id)
+        if view is None:
             return False
         visible = await self.terminals.backend.capture(window_id)
-        return provider.read_status(Screen(visible.rstrip("\n").split("\n"))).composer_has_text
+        return view.provider.read_status(Screen(visible.rstrip("\n").split("\n"))).composer_has_text
 
     async def sweep_once(self) -> None:
         await self.settle_in_flight("delivery was interrupted")
         for receiver in await self.store.run(self.store.receivers_with_pending):
-            if self.monitor.status(receiver) is None:
+            if self.monitor.view(receiver) is None:
                 term = await self.store.run(self.store.get_terminal, receiver)
                 if term is None or term.gone:
-                    failed = await self.store.run(self.store.fail_pending_for, receiver,
-                                                  "receiver terminal no longer exists")
+                    failed = await self.store.run(
+                        self.store.fail_pending_for, receiver, "receiver terminal no longer exists"
+                    )
                     await self._notify_senders(failed)
                 continue
             await self.deliver_pending(receiver)
@@ -296,7 +312,8 @@ class InboxService:
                     await self.sweep_once()
                 except Exception:
                     log.exception("inbox sweep failed")
-        self._sweeper = asyncio.get_running_loop().create_task(loop(), name="inbox-sweep")
+
+        self._sweeper = self.tasks.spawn(loop(), "inbox-sweep")
 
     async def stop(self) -> None:
         if self._sweeper is not None:

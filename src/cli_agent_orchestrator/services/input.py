@@ -12,6 +12,7 @@ CR LF and lone CR become LF; tab and LF pass through; every other C0 control
 So a fake end-of-paste marker `ESC[201~` arrives as the inert text `␛[201~`
 inside the same message.
 """
+
 from __future__ import annotations
 
 import asyncio
@@ -22,7 +23,7 @@ from ..backends.base import TerminalBackend
 from ..bus import EventBus
 from ..events import InputSubmitted, StatusChanged
 from ..models import TerminalStatus
-from .status import StatusMonitor
+from .status.monitor import StatusMonitor
 
 log = logging.getLogger(__name__)
 
@@ -47,8 +48,26 @@ def neutralise(text: str) -> str:
 
 
 # Keys accepted by POST /terminals/{id}/key: named keys, one character, or a modifier chord.
-NAMED_KEYS = {"Enter", "Escape", "Tab", "BTab", "Space", "BSpace", "Up", "Down", "Left", "Right",
-              "Home", "End", "PageUp", "PageDown", "PPage", "NPage", "DC", "IC"}
+NAMED_KEYS = {
+    "Enter",
+    "Escape",
+    "Tab",
+    "BTab",
+    "Space",
+    "BSpace",
+    "Up",
+    "Down",
+    "Left",
+    "Right",
+    "Home",
+    "End",
+    "PageUp",
+    "PageDown",
+    "PPage",
+    "NPage",
+    "DC",
+    "IC",
+}
 _KEY_RE = re.compile(r"\A(?:[A-Za-z0-9]|[CMS]-[A-Za-z0-9]|F(?:[1-9]|1[0-2]))\Z")
 
 
@@ -82,19 +101,19 @@ class InputService:
         try:
             self.bus.publish(InputSubmitted(terminal_id, turn))
             await self.backend.paste(window_id, neutralise(text))
-            provider = self.monitor.provider_of(terminal_id)
-            if provider is not None and provider.enter_delay_s > 0:
-                await asyncio.sleep(provider.enter_delay_s)
+            view = self.monitor.view(terminal_id)
+            if view is not None and view.provider.enter_delay_s > 0:
+                await asyncio.sleep(view.provider.enter_delay_s)
             for attempt in range(SUBMIT_RETRIES + 1):
                 await self.backend.send_keys(window_id, ["Enter"])
                 if await self._confirmed(stream, turn):
                     return turn
-                if not self.monitor.composer_has_text(terminal_id):
+                view = self.monitor.view(terminal_id)
+                if view is None or not view.composer_has_text:
                     # Nothing left in the composer: the agent took the text but is slow
                     # to show it. Another Enter could submit a stray empty line.
                     return turn
-                log.info("terminal %s: Enter not taken (attempt %d), pressing it again",
-                         terminal_id, attempt + 1)
+                log.info("terminal %s: Enter not taken (attempt %d), pressing it again", terminal_id, attempt + 1)
             return turn
         finally:
             self.bus.close_stream(stream)

@@ -7,12 +7,13 @@ additions, CAO_TERMINAL_ID and the terminal's hook secret. It travels through a
 list or tmux's argv. The server deletes it too on every other path (a failed
 start, a deleted terminal, files left by a crash), so it never outlives the start.
 """
+
 from __future__ import annotations
 
-import os
 import shlex
 import shutil
 import sys
+from collections.abc import Mapping
 from pathlib import Path
 
 from ..private_files import write_private
@@ -36,11 +37,16 @@ def mcp_server_argv() -> list[str]:
     return [sys.executable, "-m", "cli_agent_orchestrator.mcp_server.server"]
 
 
-def write_env_file(path: Path, extra: dict[str, str]) -> None:
-    env = {k: v for k, v in os.environ.items() if k not in _NOT_INHERITED}
+def write_env_file(path: Path, base: Mapping[str, str], extra: dict[str, str]) -> None:
+    """The launch file: `base` (cao-server's environment) minus what describes the server's
+    own terminal, plus `extra`."""
+    env = {k: v for k, v in base.items() if k not in _NOT_INHERITED}
     env.update(extra)
-    lines = [f"export {k}={shlex.quote(v)}" for k, v in env.items()
-             if k and set(k) <= _ENV_NAME_OK and not k[0].isdigit() and "\x00" not in v]
+    lines = [
+        f"export {k}={shlex.quote(v)}"
+        for k, v in env.items()
+        if k and set(k) <= _ENV_NAME_OK and not k[0].isdigit() and "\x00" not in v
+    ]
     write_private(path, "\n".join(lines) + "\n")
 
 
@@ -52,7 +58,7 @@ def sweep_env_files(tmp_dir: Path, keep: set[str]) -> int:
     """Remove launch files of terminals not being started (left by a crash)."""
     removed = 0
     for path in tmp_dir.glob(f"*{ENV_FILE_SUFFIX}"):
-        if path.name[:-len(ENV_FILE_SUFFIX)] not in keep:
+        if path.name[: -len(ENV_FILE_SUFFIX)] not in keep:
             path.unlink(missing_ok=True)
             removed += 1
     return removed

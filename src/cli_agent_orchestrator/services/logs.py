@@ -4,6 +4,7 @@ Writes are batched: output is buffered per terminal and flushed shortly after
 the first byte of a batch (or at once past a size cap), so a burst of output
 costs a handful of disk writes instead of one per event.
 """
+
 from __future__ import annotations
 
 import asyncio
@@ -11,14 +12,16 @@ from pathlib import Path
 
 from ..events import Event, TerminalOutput
 from ..private_files import append_private, private_dir
+from ..tasks import TaskGroup
 
 FLUSH_DELAY_S = 0.2
 FLUSH_BYTES = 256 * 1024
 
 
 class LogWriter:
-    def __init__(self, directory: Path):
+    def __init__(self, directory: Path, tasks: TaskGroup):
         self.directory = directory
+        self.tasks = tasks
         self._pending: dict[str, bytearray] = {}
         self._timer: asyncio.TimerHandle | None = None
 
@@ -38,7 +41,7 @@ class LogWriter:
         if self._timer is not None:
             self._timer.cancel()
         loop = asyncio.get_running_loop()
-        self._timer = loop.call_later(delay, lambda: loop.create_task(self.flush()))
+        self._timer = loop.call_later(delay, lambda: self.tasks.spawn(self.flush(), "log-flush"))
 
     async def flush(self) -> None:
         self._timer = None

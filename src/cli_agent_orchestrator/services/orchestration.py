@@ -5,20 +5,22 @@ deferred first task of an `assign`ed worker.
 Every wait here is driven by status events with a deadline. A failed or timed
 out step tears its worker down unless the caller asked to keep it.
 """
+
 from __future__ import annotations
 
 import asyncio
 import logging
 import time
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from typing import Awaitable, Callable
 
 from ..bus import EventBus
 from ..errors import CaoError, InvalidInput, WaitTimeout, WorkerError
 from ..models import TerminalStatus
 from .inbox import SYSTEM_SENDER, InboxService
-from .status import StatusMonitor
-from .terminals import CreateRequest, TerminalService
+from .status.monitor import StatusMonitor
+from .terminals.service import TerminalService
+from .terminals.spawn import CreateRequest
 from .waiting import TerminalVanished, turn_finished, wait_for
 
 log = logging.getLogger(__name__)
@@ -48,6 +50,7 @@ class StepResult:
     last_message: str
     status: str
     elapsed: float
+    provider: str = ""
 
 
 class OrchestrationService:
@@ -74,10 +77,20 @@ class OrchestrationService:
         if session is None and req.caller_id is not None:
             caller = await self.terminals.get(req.caller_id)
             session, new_session = caller.session_name, False
-        term = await self.terminals.create(CreateRequest(
-            agent_profile=req.agent, provider=req.provider, session_name=session, new_session=new_session,
-            working_directory=req.working_directory, caller_id=req.caller_id, model=req.model,
-            allowed_tools=req.allowed_tools, wait_ready=True, env=req.env))
+        term = await self.terminals.create(
+            CreateRequest(
+                agent_profile=req.agent,
+                provider=req.provider,
+                session_name=session,
+                new_session=new_session,
+                working_directory=req.working_directory,
+                caller_id=req.caller_id,
+                model=req.model,
+                allowed_tools=req.allowed_tools,
+                wait_ready=True,
+                env=req.env,
+            )
+        )
         keep = not req.teardown
         try:
             if req.on_terminal:
@@ -90,7 +103,7 @@ class OrchestrationService:
             raise
         if not keep:
             await self._teardown(term.id)
-        return StepResult(term.id, reply, "completed", time.monotonic() - started)
+        return StepResult(term.id, reply, "completed", time.monotonic() - started, term.provider)
 
     async def run_turn(self, terminal_id: str, prompt: str, timeout: float) -> str:
         """Send one task to a ready agent and return its reply."""
@@ -98,8 +111,9 @@ class OrchestrationService:
         deadline = loop.time() + timeout
         turn = await self.terminals.send_input(terminal_id, prompt)
         try:
-            status = await wait_for(self.bus, self.monitor, terminal_id, turn_finished(turn),
-                                    max(0.0, deadline - loop.time()))
+            status = await wait_for(
+                self.bus, self.monitor, terminal_id, turn_finished(turn), max(0.0, deadline - loop.time())
+            )
         except TerminalVanished as gone:
             raise WorkerError(f"worker {terminal_id} was removed before it finished ({gone})", terminal_id) from None
         if status is None:
@@ -108,8 +122,9 @@ class OrchestrationService:
             view = self.monitor.view(terminal_id)
             raise WorkerError(f"worker {terminal_id} reached error: {view.reason if view else 'unknown'}", terminal_id)
         if status == TerminalStatus.WAITING_USER_ANSWER:
-            raise WorkerError(f"worker {terminal_id} is waiting for a user answer; nobody is there to give it",
-                              terminal_id)
+            raise WorkerError(
+                f"worker {terminal_id} is waiting for a user answer; nobody is there to give it", terminal_id
+            )
         return await self.terminals.output(terminal_id, "last")
 
     async def _teardown(self, terminal_id: str) -> None:
@@ -131,7 +146,7 @@ class OrchestrationService:
         except CaoError as exc:
             log.warning("deferred start of %s failed: %s", terminal_id, exc)
             if caller:
-                note = (f"[cao] The worker {terminal_id} you assigned could not start and was removed: {exc}")
+                note = f"[cao] The worker {terminal_id} you assigned could not start and was removed: {exc}"
                 try:
                     await self.inbox.post(caller, SYSTEM_SENDER, note)
                 except CaoError:

@@ -1,10 +1,14 @@
 """Sessions: a tmux session named `cao-…` holding one or more agent terminals."""
+
 from __future__ import annotations
+
+import builtins
 
 from ..backends.base import TerminalBackend
 from ..errors import NotFound
 from ..models import SESSION_PREFIX, Terminal
-from .terminals import TerminalService, normalise_session_name
+from .terminals.names import normalise_session_name
+from .terminals.service import TerminalService
 
 
 class SessionService:
@@ -18,13 +22,19 @@ class SessionService:
             if not name.startswith(SESSION_PREFIX):
                 continue
             terms = await self.terminals.list(name)
-            sessions.append({"id": name, "name": name, "status": "active" if attached else "detached",
-                             "terminal_count": len(terms),
-                             "agent_profile": terms[0].agent_profile if terms else None,
-                             "working_directory": terms[0].working_directory if terms else None})
+            sessions.append(
+                {
+                    "id": name,
+                    "name": name,
+                    "status": "active" if attached else "detached",
+                    "terminal_count": len(terms),
+                    "agent_profile": terms[0].agent_profile if terms else None,
+                    "working_directory": terms[0].working_directory if terms else None,
+                }
+            )
         return sessions
 
-    async def get(self, name: str) -> tuple[dict, list[Terminal]]:
+    async def get(self, name: str) -> tuple[dict, builtins.list[Terminal]]:  # (`list` is a method here)
         name = normalise_session_name(name)
         if not await self.backend.session_exists(name):
             raise NotFound(f"session {name!r} not found")

@@ -3,15 +3,16 @@
 The waiter subscribes first and then reads the current status, so an edge that
 happens in between is never missed.
 """
+
 from __future__ import annotations
 
 import asyncio
-from typing import Callable
+from collections.abc import Callable
 
 from ..bus import EventBus
 from ..events import StatusChanged, TerminalRemoved
 from ..models import TerminalStatus
-from .status import StatusMonitor
+from .status.monitor import StatusMonitor
 
 # (status, turn, settled) → done?
 Predicate = Callable[[TerminalStatus, int, bool], bool]
@@ -21,8 +22,9 @@ class TerminalVanished(Exception):
     """The terminal was removed while we waited; the message says why."""
 
 
-async def wait_for(bus: EventBus, monitor: StatusMonitor, terminal_id: str, predicate: Predicate,
-                   timeout: float) -> TerminalStatus | None:
+async def wait_for(
+    bus: EventBus, monitor: StatusMonitor, terminal_id: str, predicate: Predicate, timeout: float
+) -> TerminalStatus | None:
     """The first status satisfying `predicate`, or None when `timeout` runs out."""
     stream = bus.open_stream(f"wait:{terminal_id}", f"terminal.{terminal_id}.#", max_size=1 << 30)
     loop = asyncio.get_running_loop()
@@ -50,13 +52,22 @@ async def wait_for(bus: EventBus, monitor: StatusMonitor, terminal_id: str, pred
 
 def ready_or_stuck(status: TerminalStatus, _turn: int, _settled: bool) -> bool:
     """Start-up finished: ready for input, or needs a human, or failed."""
-    return status in (TerminalStatus.IDLE, TerminalStatus.COMPLETED,
-                      TerminalStatus.WAITING_USER_ANSWER, TerminalStatus.ERROR)
+    return status in (
+        TerminalStatus.IDLE,
+        TerminalStatus.COMPLETED,
+        TerminalStatus.WAITING_USER_ANSWER,
+        TerminalStatus.ERROR,
+    )
 
 
 def turn_finished(turn: int) -> Predicate:
     """The turn `turn` (or a later one) ended: completed, error, or a question for the user."""
+
     def check(status: TerminalStatus, current: int, settled: bool) -> bool:
-        return current >= turn and settled and status in (
-            TerminalStatus.COMPLETED, TerminalStatus.ERROR, TerminalStatus.WAITING_USER_ANSWER)
+        return (
+            current >= turn
+            and settled
+            and status in (TerminalStatus.COMPLETED, TerminalStatus.ERROR, TerminalStatus.WAITING_USER_ANSWER)
+        )
+
     return check

@@ -9,16 +9,18 @@ SQLite, then `run` retries it from the event loop (the store thread stays free f
 statements that can go on) until BUSY_LIMIT_S, and then raises StoreBusy (HTTP 503 with
 the reason). Every store method is one transaction, so a retry never repeats a commit.
 """
+
 from __future__ import annotations
 
 import asyncio
 import logging
 import os
 import time
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any, Callable, TypeVar
+from typing import Any, TypeVar
 
 import sqlalchemy as sa
 
@@ -47,7 +49,7 @@ def is_busy(exc: BaseException) -> bool:
 
 
 def utc_now() -> str:
-    return datetime.now(timezone.utc).isoformat(timespec="milliseconds")
+    return datetime.now(UTC).isoformat(timespec="milliseconds")
 
 
 def _sqlite_pragmas(dbapi_conn: Any, _record: Any) -> None:
@@ -105,7 +107,8 @@ class Store:
                 if loop.time() + delay >= deadline:
                     raise StoreBusy(
                         f"the database is locked by another process ({self.where}); cao retried for "
-                        f"{self.busy_limit_s:.0f}s. Nothing was changed; try again when it is released") from None
+                        f"{self.busy_limit_s:.0f}s. Nothing was changed; try again when it is released"
+                    ) from None
                 await asyncio.sleep(delay)  # back-off between retries, not synchronisation
                 delay = min(delay * 2, RETRY_MAX_S)
 
@@ -117,17 +120,30 @@ class Store:
     def add_terminal(self, term: Terminal, window_id: str | None, hook_secret: str | None = None) -> None:
         now = utc_now()
         with self.engine.begin() as conn:
-            conn.execute(terminals.insert().values(
-                id=term.id, session_name=term.session_name, window_name=term.window_name,
-                window_id=window_id, provider=term.provider, agent_profile=term.agent_profile,
-                working_directory=term.working_directory, caller_id=term.caller_id,
-                model=term.model, allowed_tools=term.allowed_tools, status=term.status.value,
-                created_at=now, last_active=now, hook_secret=hook_secret))
+            conn.execute(
+                terminals.insert().values(
+                    id=term.id,
+                    session_name=term.session_name,
+                    window_name=term.window_name,
+                    window_id=window_id,
+                    provider=term.provider,
+                    agent_profile=term.agent_profile,
+                    working_directory=term.working_directory,
+                    caller_id=term.caller_id,
+                    model=term.model,
+                    allowed_tools=term.allowed_tools,
+                    status=term.status.value,
+                    created_at=now,
+                    last_active=now,
+                    hook_secret=hook_secret,
+                )
+            )
 
     def hook_secret(self, terminal_id: str) -> str | None:
         with self.engine.connect() as conn:
-            return conn.execute(sa.select(terminals.c.hook_secret)
-                                .where(terminals.c.id == terminal_id, terminals.c.gone == sa.false())).scalar()
+            return conn.execute(
+                sa.select(terminals.c.hook_secret).where(terminals.c.id == terminal_id, terminals.c.gone == sa.false())
+            ).scalar()
 
     def get_terminal(self, terminal_id: str) -> Terminal | None:
         with self.engine.connect() as conn:
@@ -137,19 +153,20 @@ class Store:
     def window_of(self, terminal_id: str) -> tuple[bool, str | None, str | None] | None:
         """(gone, window id, status reason) of a terminal in one read, or None if unknown."""
         with self.engine.connect() as conn:
-            row = conn.execute(sa.select(terminals.c.gone, terminals.c.window_id, terminals.c.status_reason)
-                               .where(terminals.c.id == terminal_id)).first()
+            row = conn.execute(
+                sa.select(terminals.c.gone, terminals.c.window_id, terminals.c.status_reason).where(
+                    terminals.c.id == terminal_id
+                )
+            ).first()
         return (bool(row.gone), row.window_id, row.status_reason) if row else None
 
     def window_id(self, terminal_id: str) -> str | None:
         with self.engine.connect() as conn:
-            return conn.execute(sa.select(terminals.c.window_id)
-                                .where(terminals.c.id == terminal_id)).scalar()
+            return conn.execute(sa.select(terminals.c.window_id).where(terminals.c.id == terminal_id)).scalar()
 
     def set_window_id(self, terminal_id: str, window_id: str) -> None:
         with self.engine.begin() as conn:
-            conn.execute(terminals.update().where(terminals.c.id == terminal_id)
-                         .values(window_id=window_id))
+            conn.execute(terminals.update().where(terminals.c.id == terminal_id).values(window_id=window_id))
 
     def list_terminals(self, session_name: str | None = None, include_gone: bool = False) -> list[Terminal]:
         query = sa.select(terminals).order_by(terminals.c.created_at)
@@ -163,8 +180,7 @@ class Store:
     def all_window_ids(self) -> dict[str, str]:
         """terminal id → tmux window id, for live terminals."""
         with self.engine.connect() as conn:
-            rows = conn.execute(sa.select(terminals.c.id, terminals.c.window_id)
-                                .where(terminals.c.gone == sa.false()))
+            rows = conn.execute(sa.select(terminals.c.id, terminals.c.window_id).where(terminals.c.gone == sa.false()))
             return {r.id: r.window_id for r in rows if r.window_id}
 
     def set_status(self, terminal_id: str, status: TerminalStatus, source: str, reason: str) -> None:
@@ -176,16 +192,25 @@ class Store:
         with self.engine.begin() as conn:
             for terminal_id, (status, source, reason) in latest.items():
                 # A gone terminal keeps the status that says why it is gone.
-                conn.execute(terminals.update().where(terminals.c.id == terminal_id,
-                                                      terminals.c.gone == sa.false()).values(
-                    status=status.value, status_source=source, status_reason=reason or None,
-                    last_active=now))
+                conn.execute(
+                    terminals.update()
+                    .where(terminals.c.id == terminal_id, terminals.c.gone == sa.false())
+                    .values(status=status.value, status_source=source, status_reason=reason or None, last_active=now)
+                )
 
     def mark_gone(self, terminal_id: str, reason: str) -> None:
         with self.engine.begin() as conn:
-            conn.execute(terminals.update().where(terminals.c.id == terminal_id).values(
-                gone=True, status=TerminalStatus.ERROR.value, status_source="pane",
-                status_reason=reason, last_active=utc_now()))
+            conn.execute(
+                terminals.update()
+                .where(terminals.c.id == terminal_id)
+                .values(
+                    gone=True,
+                    status=TerminalStatus.ERROR.value,
+                    status_source="pane",
+                    status_reason=reason,
+                    last_active=utc_now(),
+                )
+            )
 
     def delete_terminal(self, terminal_id: str) -> None:
         with self.engine.begin() as conn:
@@ -193,29 +218,37 @@ class Store:
 
     def session_names(self) -> list[str]:
         with self.engine.connect() as conn:
-            rows = conn.execute(sa.select(terminals.c.session_name).distinct()
-                                .where(terminals.c.gone == sa.false()))
+            rows = conn.execute(sa.select(terminals.c.session_name).distinct().where(terminals.c.gone == sa.false()))
             return sorted(r.session_name for r in rows)
 
     # --- inbox ------------------------------------------------------------------
     def add_message(self, sender_id: str, receiver_id: str, message: str) -> InboxMessage:
         now = utc_now()
         with self.engine.begin() as conn:
-            result = conn.execute(inbox_messages.insert().values(
-                sender_id=sender_id, receiver_id=receiver_id, message=message,
-                status=MessageStatus.PENDING.value, created_at=now))
-            msg_id = result.inserted_primary_key[0]
+            result = conn.execute(
+                inbox_messages.insert().values(
+                    sender_id=sender_id,
+                    receiver_id=receiver_id,
+                    message=message,
+                    status=MessageStatus.PENDING.value,
+                    created_at=now,
+                )
+            )
+            msg_id = result.inserted_primary_key[0]  # type: ignore[index]  # an insert has a key
         return InboxMessage(msg_id, sender_id, receiver_id, message, MessageStatus.PENDING, now)
 
     def get_message(self, message_id: int) -> InboxMessage | None:
         with self.engine.connect() as conn:
-            row = conn.execute(sa.select(inbox_messages)
-                               .where(inbox_messages.c.id == message_id)).mappings().first()
+            row = conn.execute(sa.select(inbox_messages).where(inbox_messages.c.id == message_id)).mappings().first()
         return _message(row) if row else None
 
     def list_messages(self, receiver_id: str, status: MessageStatus | None, limit: int) -> list[InboxMessage]:
-        query = (sa.select(inbox_messages).where(inbox_messages.c.receiver_id == receiver_id)
-                 .order_by(inbox_messages.c.id).limit(limit))
+        query = (
+            sa.select(inbox_messages)
+            .where(inbox_messages.c.receiver_id == receiver_id)
+            .order_by(inbox_messages.c.id)
+            .limit(limit)
+        )
         if status is not None:
             query = query.where(inbox_messages.c.status == status.value)
         with self.engine.connect() as conn:
@@ -223,8 +256,11 @@ class Store:
 
     def receivers_with_pending(self) -> list[str]:
         with self.engine.connect() as conn:
-            rows = conn.execute(sa.select(inbox_messages.c.receiver_id).distinct().where(
-                inbox_messages.c.status == MessageStatus.PENDING.value))
+            rows = conn.execute(
+                sa.select(inbox_messages.c.receiver_id)
+                .distinct()
+                .where(inbox_messages.c.status == MessageStatus.PENDING.value)
+            )
             return [r.receiver_id for r in rows]
 
     def next_pending(self, receiver_id: str) -> InboxMessage | None:
@@ -233,15 +269,27 @@ class Store:
         with self.engine.connect() as conn:
             in_flight = conn.execute(
                 sa.select(inbox_messages.c.id)
-                .where(inbox_messages.c.receiver_id == receiver_id,
-                       inbox_messages.c.status == MessageStatus.DELIVERING.value).limit(1)).first()
+                .where(
+                    inbox_messages.c.receiver_id == receiver_id,
+                    inbox_messages.c.status == MessageStatus.DELIVERING.value,
+                )
+                .limit(1)
+            ).first()
             if in_flight is not None:
                 return None
-            row = conn.execute(
-                sa.select(inbox_messages)
-                .where(inbox_messages.c.receiver_id == receiver_id,
-                       inbox_messages.c.status == MessageStatus.PENDING.value)
-                .order_by(inbox_messages.c.id).limit(1)).mappings().first()
+            row = (
+                conn.execute(
+                    sa.select(inbox_messages)
+                    .where(
+                        inbox_messages.c.receiver_id == receiver_id,
+                        inbox_messages.c.status == MessageStatus.PENDING.value,
+                    )
+                    .order_by(inbox_messages.c.id)
+                    .limit(1)
+                )
+                .mappings()
+                .first()
+            )
         return _message(row) if row is not None else None
 
     def claim(self, msg: InboxMessage, paste_mark: str | None) -> bool:
@@ -254,8 +302,8 @@ class Store:
             changed = conn.execute(
                 inbox_messages.update()
                 .where(inbox_messages.c.id == msg.id, inbox_messages.c.status == MessageStatus.PENDING.value)
-                .values(status=MessageStatus.DELIVERING.value, claimed_at=utc_now(),
-                        paste_mark=paste_mark)).rowcount
+                .values(status=MessageStatus.DELIVERING.value, claimed_at=utc_now(), paste_mark=paste_mark)
+            ).rowcount
         if changed == 1:
             msg.status, msg.paste_mark = MessageStatus.DELIVERING, paste_mark
         return changed == 1
@@ -271,21 +319,28 @@ class Store:
 
     def messages_in_status(self, status: MessageStatus) -> list[InboxMessage]:
         with self.engine.connect() as conn:
-            rows = conn.execute(sa.select(inbox_messages).where(inbox_messages.c.status == status.value)
-                                .order_by(inbox_messages.c.id)).mappings()
+            rows = conn.execute(
+                sa.select(inbox_messages).where(inbox_messages.c.status == status.value).order_by(inbox_messages.c.id)
+            ).mappings()
             return [_message(r) for r in rows]
 
     def fail_pending_for(self, receiver_id: str, reason: str) -> list[InboxMessage]:
         """Mark every undelivered message to a vanished receiver as failed; return them."""
         with self.engine.begin() as conn:
-            rows = list(conn.execute(sa.select(inbox_messages).where(
-                inbox_messages.c.receiver_id == receiver_id,
-                inbox_messages.c.status.in_([MessageStatus.PENDING.value,
-                                             MessageStatus.DELIVERING.value]))).mappings())
+            rows = list(
+                conn.execute(
+                    sa.select(inbox_messages).where(
+                        inbox_messages.c.receiver_id == receiver_id,
+                        inbox_messages.c.status.in_([MessageStatus.PENDING.value, MessageStatus.DELIVERING.value]),
+                    )
+                ).mappings()
+            )
             if rows:
-                conn.execute(inbox_messages.update().where(
-                    inbox_messages.c.id.in_([r["id"] for r in rows])).values(
-                        status=MessageStatus.FAILED.value, error=reason))
+                conn.execute(
+                    inbox_messages.update()
+                    .where(inbox_messages.c.id.in_([r["id"] for r in rows]))
+                    .values(status=MessageStatus.FAILED.value, error=reason)
+                )
         out = [_message(r) for r in rows]
         for msg in out:
             msg.status, msg.error = MessageStatus.FAILED, reason
@@ -294,16 +349,33 @@ class Store:
 
 def _terminal(row: Any) -> Terminal:
     return Terminal(
-        id=row["id"], session_name=row["session_name"], window_name=row["window_name"],
-        provider=row["provider"], agent_profile=row["agent_profile"],
-        working_directory=row["working_directory"], caller_id=row["caller_id"], model=row["model"],
-        allowed_tools=row["allowed_tools"], status=TerminalStatus(row["status"]),
-        status_source=row["status_source"], status_reason=row["status_reason"], gone=bool(row["gone"]),
-        created_at=row["created_at"], last_active=row["last_active"])
+        id=row["id"],
+        session_name=row["session_name"],
+        window_name=row["window_name"],
+        provider=row["provider"],
+        agent_profile=row["agent_profile"],
+        working_directory=row["working_directory"],
+        caller_id=row["caller_id"],
+        model=row["model"],
+        allowed_tools=row["allowed_tools"],
+        status=TerminalStatus(row["status"]),
+        status_source=row["status_source"],
+        status_reason=row["status_reason"],
+        gone=bool(row["gone"]),
+        created_at=row["created_at"],
+        last_active=row["last_active"],
+    )
 
 
 def _message(row: Any) -> InboxMessage:
     return InboxMessage(
-        id=row["id"], sender_id=row["sender_id"], receiver_id=row["receiver_id"], message=row["message"],
-        status=MessageStatus(row["status"]), created_at=row["created_at"],
-        delivered_at=row["delivered_at"], error=row["error"], paste_mark=row["paste_mark"])
+        id=row["id"],
+        sender_id=row["sender_id"],
+        receiver_id=row["receiver_id"],
+        message=row["message"],
+        status=MessageStatus(row["status"]),
+        created_at=row["created_at"],
+        delivered_at=row["delivered_at"],
+        error=row["error"],
+        paste_mark=row["paste_mark"],
+    )

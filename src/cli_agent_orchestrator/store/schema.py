@@ -4,21 +4,24 @@
 The schema is versioned: `MIGRATIONS[n]` moves a database from version n to n+1.
 Add a function at the end; never edit one that has shipped.
 """
+
 from __future__ import annotations
 
-from typing import Callable
+from collections.abc import Callable
 
 import sqlalchemy as sa
 
 metadata = sa.MetaData()
 
 schema_version = sa.Table(
-    "schema_version", metadata,
+    "schema_version",
+    metadata,
     sa.Column("version", sa.Integer, nullable=False),
 )
 
 terminals = sa.Table(
-    "terminals", metadata,
+    "terminals",
+    metadata,
     sa.Column("id", sa.String(8), primary_key=True),
     sa.Column("session_name", sa.String(64), nullable=False, index=True),
     sa.Column("window_name", sa.String(64), nullable=False),
@@ -41,7 +44,8 @@ terminals = sa.Table(
 )
 
 inbox_messages = sa.Table(
-    "inbox_messages", metadata,
+    "inbox_messages",
+    metadata,
     sa.Column("id", sa.Integer, primary_key=True, autoincrement=True),
     sa.Column("sender_id", sa.String(128), nullable=False),
     sa.Column("receiver_id", sa.String(8), nullable=False),
@@ -62,7 +66,8 @@ inbox_messages = sa.Table(
 # A run, its steps keyed by the script's step id, the one-attempt decisions a human
 # granted for the next drive, and the append-only event timeline.
 workflow_runs = sa.Table(
-    "workflow_runs", metadata,
+    "workflow_runs",
+    metadata,
     sa.Column("run_id", sa.String(64), primary_key=True),
     sa.Column("workflow_name", sa.String(64), nullable=False),
     sa.Column("tier", sa.String(8), nullable=False),  # "script" | "yaml"
@@ -86,9 +91,9 @@ workflow_runs = sa.Table(
 )
 
 workflow_steps = sa.Table(
-    "workflow_steps", metadata,
-    sa.Column("run_id", sa.String(64), sa.ForeignKey("workflow_runs.run_id", ondelete="CASCADE"),
-              primary_key=True),
+    "workflow_steps",
+    metadata,
+    sa.Column("run_id", sa.String(64), sa.ForeignKey("workflow_runs.run_id", ondelete="CASCADE"), primary_key=True),
     sa.Column("step_id", sa.String(64), primary_key=True),
     sa.Column("position", sa.Integer, nullable=False),  # order of first appearance
     sa.Column("state", sa.String(24), nullable=False),
@@ -109,16 +114,17 @@ workflow_steps = sa.Table(
 )
 
 workflow_decisions = sa.Table(
-    "workflow_decisions", metadata,
-    sa.Column("run_id", sa.String(64), sa.ForeignKey("workflow_runs.run_id", ondelete="CASCADE"),
-              primary_key=True),
+    "workflow_decisions",
+    metadata,
+    sa.Column("run_id", sa.String(64), sa.ForeignKey("workflow_runs.run_id", ondelete="CASCADE"), primary_key=True),
     sa.Column("step_id", sa.String(64), primary_key=True),
     sa.Column("decision", sa.String(8), nullable=False),  # "rerun" | "skip"
     sa.Column("generation", sa.Integer, nullable=False),  # the one drive it is valid for
 )
 
 workflow_events = sa.Table(
-    "workflow_events", metadata,
+    "workflow_events",
+    metadata,
     sa.Column("seq", sa.Integer, primary_key=True, autoincrement=True),
     sa.Column("run_id", sa.String(64), nullable=False),
     sa.Column("type", sa.String(40), nullable=False),
@@ -161,8 +167,10 @@ def migrate(conn: sa.Connection) -> int:
         conn.execute(schema_version.insert().values(version=0))
         current = 0
     if current > LATEST_VERSION:
-        raise RuntimeError(f"database schema v{current} is newer than this cao (v{LATEST_VERSION}); "
-                           "upgrade cao or use another CAO_HOME_DIR")
+        raise RuntimeError(
+            f"database schema v{current} is newer than this cao (v{LATEST_VERSION}); "
+            "upgrade cao or use another CAO_HOME_DIR"
+        )
     for version in range(current, LATEST_VERSION):
         MIGRATIONS[version](conn)
         conn.execute(schema_version.update().values(version=version + 1))

@@ -5,6 +5,7 @@ A declaration maps each input name to `{type, required, default}`; the resolved 
 (supplied value, else default) are delivered to the script as CAO_WORKFLOW_INPUTS.
 Every problem is an InputError — a 400 with a one-line reason.
 """
+
 from __future__ import annotations
 
 import ast
@@ -24,12 +25,28 @@ MAX_DECLARED_INPUTS = 64
 # platform's limit on a single env entry.
 MAX_INPUTS_BYTES = 32768
 # A `path` input names a working area for agents; these are never one.
-SYSTEM_DIRECTORIES = frozenset({
-    "/bin", "/sbin", "/usr/bin", "/usr/sbin", "/etc", "/var", "/tmp", "/dev", "/proc", "/sys",
-    "/root", "/boot", "/lib", "/lib64",
-    # macOS resolves /etc, /var and /tmp into /private
-    "/private/etc", "/private/var", "/private/tmp",
-})
+SYSTEM_DIRECTORIES = frozenset(
+    {
+        "/bin",
+        "/sbin",
+        "/usr/bin",
+        "/usr/sbin",
+        "/etc",
+        "/var",
+        "/tmp",
+        "/dev",
+        "/proc",
+        "/sys",
+        "/root",
+        "/boot",
+        "/lib",
+        "/lib64",
+        # macOS resolves /etc, /var and /tmp into /private
+        "/private/etc",
+        "/private/var",
+        "/private/tmp",
+    }
+)
 
 
 class InputError(InvalidInput, ValueError):
@@ -55,20 +72,25 @@ def read_inputs_declaration(source: str | bytes) -> dict[str, dict[str, Any]]:
     try:
         declared = ast.literal_eval(node)
     except (ValueError, TypeError, SyntaxError, RecursionError, MemoryError):
-        raise InputError(f"INPUTS (line {node.lineno}) must be a literal dict — only strings, "
-                         "numbers, True/False/None, lists and dicts; no names, calls or "
-                         "expressions") from None
+        raise InputError(
+            f"INPUTS (line {node.lineno}) must be a literal dict — only strings, "
+            "numbers, True/False/None, lists and dicts; no names, calls or "
+            "expressions"
+        ) from None
     check_declaration(declared)
     return declared
 
 
 def _first_inputs_assignment(tree: ast.Module) -> ast.expr | None:
     for stmt in tree.body:
-        if isinstance(stmt, ast.Assign) and any(
-                isinstance(t, ast.Name) and t.id == "INPUTS" for t in stmt.targets):
+        if isinstance(stmt, ast.Assign) and any(isinstance(t, ast.Name) and t.id == "INPUTS" for t in stmt.targets):
             return stmt.value
-        if (isinstance(stmt, ast.AnnAssign) and isinstance(stmt.target, ast.Name)
-                and stmt.target.id == "INPUTS" and stmt.value is not None):
+        if (
+            isinstance(stmt, ast.AnnAssign)
+            and isinstance(stmt.target, ast.Name)
+            and stmt.target.id == "INPUTS"
+            and stmt.value is not None
+        ):
             return stmt.value
     return None
 
@@ -76,8 +98,9 @@ def _first_inputs_assignment(tree: ast.Module) -> ast.expr | None:
 def check_declaration(declared: object) -> None:
     """Raise InputError unless `declared` is `{name: {type, required?, default?}}`."""
     if not isinstance(declared, Mapping):
-        raise InputError("INPUTS must be a dict mapping each input name to "
-                         "{'type': ..., 'required': ..., 'default': ...}")
+        raise InputError(
+            "INPUTS must be a dict mapping each input name to {'type': ..., 'required': ..., 'default': ...}"
+        )
     if len(declared) > MAX_DECLARED_INPUTS:
         raise InputError(f"a workflow declares at most {MAX_DECLARED_INPUTS} inputs, not {len(declared)}")
     for name, spec in declared.items():
@@ -87,20 +110,21 @@ def check_declaration(declared: object) -> None:
             raise InputError(f"input '{name}': its declaration must be a dict with a 'type'")
         unknown = sorted(str(key) for key in spec if key not in SPEC_FIELDS)
         if unknown:
-            raise InputError(f"input '{name}': unknown field {', '.join(map(repr, unknown))} "
-                             "(allowed: type, required, default)")
+            raise InputError(
+                f"input '{name}': unknown field {', '.join(map(repr, unknown))} (allowed: type, required, default)"
+            )
         if spec.get("type") not in INPUT_TYPES:
             raise InputError(f"input '{name}': type must be one of {', '.join(INPUT_TYPES)}")
         if not isinstance(spec.get("required", False), bool):
             raise InputError(f"input '{name}': required must be true or false")
         default = spec.get("default")
         if default is not None and not _has_type(default, spec["type"]):
-            raise InputError(f"input '{name}': default must be of type {spec['type']}, "
-                             f"got {_json_type(default)}")
+            raise InputError(f"input '{name}': default must be of type {spec['type']}, got {_json_type(default)}")
 
 
-def validate_inputs(declared: Mapping[str, Mapping[str, Any]], supplied: Mapping[str, Any] | None,
-                    *, base_dir: Path | None = None) -> dict[str, Any]:
+def validate_inputs(
+    declared: Mapping[str, Mapping[str, Any]], supplied: Mapping[str, Any] | None, *, base_dir: Path | None = None
+) -> dict[str, Any]:
     """Resolve supplied inputs against a declaration: the supplied value, else the default,
     else an error (required) or nothing. `path` values come back absolute and canonical;
     relative ones are taken from `base_dir` (default: this process's working directory).
@@ -172,8 +196,15 @@ def _has_type(value: object, input_type: str) -> bool:
 
 
 def _json_type(value: object) -> str:
-    for kind, name in ((bool, "bool"), (int, "int"), (float, "number"), (str, "string"),
-                       (list, "list"), (dict, "object"), (type(None), "null")):
+    for kind, name in (
+        (bool, "bool"),
+        (int, "int"),
+        (float, "number"),
+        (str, "string"),
+        (list, "list"),
+        (dict, "object"),
+        (type(None), "null"),
+    ):
         if isinstance(value, kind):
             return name
     return type(value).__name__

@@ -2,18 +2,20 @@
 name means. A script `<name>.py` is found by its stem, a YAML spec by its `name:` field
 (or its stem when it has none); a name that means both is a tier collision.
 """
+
 from __future__ import annotations
 
 import hashlib
 import os
 import re
 from dataclasses import dataclass
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 
 import yaml
 
 from ..errors import Conflict, InvalidInput, NotFound
+from .records import Tier
 
 NAME_RE = re.compile(r"\A[A-Za-z0-9_-]{1,64}\Z")
 SCRIPT_SUFFIXES = (".py",)
@@ -31,13 +33,12 @@ MAX_NAME_BYTES = 255
 class SpecFile:
     name: str
     path: Path
-    tier: str  # "script" | "yaml"
+    tier: Tier
 
     def read(self) -> str:
         data = self.path.read_bytes()
         if len(data) > MAX_SOURCE_BYTES:
-            raise InvalidInput(f"{self.path.name} is {len(data)} bytes; a workflow is at most "
-                               f"{MAX_SOURCE_BYTES} bytes")
+            raise InvalidInput(f"{self.path.name} is {len(data)} bytes; a workflow is at most {MAX_SOURCE_BYTES} bytes")
         try:
             return data.decode("utf-8")
         except UnicodeDecodeError:
@@ -92,9 +93,9 @@ class SpecDirectory:
             if not path.is_file() or path.name.startswith("."):
                 continue
             if path.suffix in SCRIPT_SUFFIXES and NAME_RE.fullmatch(path.stem):
-                out.append(SpecFile(path.stem, path, "script"))
+                out.append(SpecFile(path.stem, path, Tier.SCRIPT))
             elif path.suffix in YAML_SUFFIXES:
-                out.append(SpecFile(self._yaml_name(path), path, "yaml"))
+                out.append(SpecFile(self._yaml_name(path), path, Tier.YAML))
         return out
 
     def inside(self, raw: str) -> Path:
@@ -108,8 +109,9 @@ class SpecDirectory:
         except RuntimeError as exc:  # `~user` with no such user, or a symlink loop
             raise InvalidInput(f"{raw!r}: {exc}") from None
         if resolved.parent != self.root.resolve():
-            raise InvalidInput(f"{raw!r} is outside the workflow directory {self.root}; "
-                               "put the file there and run it by name")
+            raise InvalidInput(
+                f"{raw!r} is outside the workflow directory {self.root}; put the file there and run it by name"
+            )
         return resolved
 
     def resolve(self, name_or_path: str) -> SpecFile:
@@ -121,9 +123,9 @@ class SpecDirectory:
             if not path.is_file():
                 raise NotFound(f"no workflow file {path.name} in {self.root}")
             if path.suffix in SCRIPT_SUFFIXES:
-                name, tier = path.stem, "script"
+                name, tier = path.stem, Tier.SCRIPT
             elif path.suffix in YAML_SUFFIXES:
-                name, tier = self._yaml_name(path), "yaml"
+                name, tier = self._yaml_name(path), Tier.YAML
             else:
                 raise InvalidInput(f"{path.name}: a workflow is a .py script or a .yaml/.yml spec")
             check_name(name)
@@ -132,11 +134,15 @@ class SpecDirectory:
         check_name(name_or_path)
         matches = self._refuse_collision(name_or_path)
         if not matches:
-            raise NotFound(f"no workflow named {name_or_path!r} in {self.root} "
-                           f"(expected {name_or_path}.py or a YAML spec with name: {name_or_path})")
+            raise NotFound(
+                f"no workflow named {name_or_path!r} in {self.root} "
+                f"(expected {name_or_path}.py or a YAML spec with name: {name_or_path})"
+            )
         if len(matches) > 1:
-            raise Conflict(f"workflow {name_or_path!r} is defined by several YAML files: "
-                           + ", ".join(m.path.name for m in matches))
+            raise Conflict(
+                f"workflow {name_or_path!r} is defined by several YAML files: "
+                + ", ".join(m.path.name for m in matches)
+            )
         return matches[0]
 
     def _refuse_collision(self, name: str) -> list[SpecFile]:
@@ -144,14 +150,17 @@ class SpecDirectory:
         matches = [f for f in files if f.name == name]
         # A same-stem pair (x.py beside x.yaml) is a collision too, whatever the YAML's name:
         # a reader of the directory cannot tell which one `x` means.
-        stem_twins = [f for f in files if f.tier == "yaml" and f.path.stem == name and f not in matches]
-        if any(f.tier == "script" for f in matches) and stem_twins:
+        stem_twins = [f for f in files if f.tier == Tier.YAML and f.path.stem == name and f not in matches]
+        if any(f.tier == Tier.SCRIPT for f in matches) and stem_twins:
             matches += stem_twins
-        if {f.tier for f in matches} == {"script", "yaml"}:
-            raise Conflict(f"tier collision: workflow {name!r} is both a script and a YAML spec ("
-                           + ", ".join(m.path.name for m in matches) + "); rename or remove one")
+        if {f.tier for f in matches} == set(Tier):
+            raise Conflict(
+                f"tier collision: workflow {name!r} is both a script and a YAML spec ("
+                + ", ".join(m.path.name for m in matches)
+                + "); rename or remove one"
+            )
         return matches
 
 
 def indexed_at(path: Path) -> str:
-    return datetime.fromtimestamp(path.stat().st_mtime, timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+    return datetime.fromtimestamp(path.stat().st_mtime, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")

@@ -1,4 +1,5 @@
 """Housekeeping: `cao shutdown`, `cao init`, `cao install`, `cao mcp-server`."""
+
 from __future__ import annotations
 
 import os
@@ -49,8 +50,12 @@ def init() -> None:
     settings = Settings.from_env()
     settings.ensure_dirs()
     click.echo(f"cao home: {settings.home_dir}")
-    for label, path in (("database", settings.db_path.parent), ("agent store", settings.agent_store_dir),
-                        ("logs", settings.logs_dir), ("workflows", settings.workflows_dir)):
+    for label, path in (
+        ("database", settings.db_path.parent),
+        ("agent store", settings.agent_store_dir),
+        ("logs", settings.logs_dir),
+        ("workflows", settings.workflows_dir),
+    ):
         click.echo(f"  {label + ':':13}{path}")
 
 
@@ -93,8 +98,9 @@ def install(profile: str) -> None:
     except CaoError as exc:
         raise click.ClickException(str(exc)) from None
     if not SAFE_NAME_RE.match(parsed.name):
-        raise click.ClickException(f"invalid profile name {parsed.name!r}: use 1-64 of [A-Za-z0-9_-], "
-                                   "not starting with '-'")
+        raise click.ClickException(
+            f"invalid profile name {parsed.name!r}: use 1-64 of [A-Za-z0-9_-], not starting with '-'"
+        )
     settings = Settings.from_env()
     settings.ensure_dirs()
     target = settings.agent_store_dir / f"{parsed.name}.md"

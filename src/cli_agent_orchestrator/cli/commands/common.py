@@ -1,4 +1,5 @@
 """Helpers shared by the subcommands: the client, ids in URLs, output, tmux attach."""
+
 from __future__ import annotations
 
 import json

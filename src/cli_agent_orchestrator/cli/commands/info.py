@@ -1,4 +1,5 @@
 """`cao info`: where things are, whether the server is up, and which agent pane we are in."""
+
 from __future__ import annotations
 
 import os
@@ -16,9 +17,13 @@ from .common import client, json_option, print_fields, print_json, terminal_path
 def _collect() -> dict[str, Any]:
     settings = Settings.from_env()
     info: dict[str, Any] = {
-        "server_url": settings.base_url, "server": None, "server_error": None,
-        "cao_home": str(settings.home_dir), "db_path": str(settings.db_path),
-        "tmux_socket": settings.tmux_socket_name, "terminal_id": os.environ.get("CAO_TERMINAL_ID"),
+        "server_url": settings.base_url,
+        "server": None,
+        "server_error": None,
+        "cao_home": str(settings.home_dir),
+        "db_path": str(settings.db_path),
+        "tmux_socket": settings.tmux_socket_name,
+        "terminal_id": os.environ.get("CAO_TERMINAL_ID"),
         "terminal": None,
     }
     with client() as api:
@@ -51,15 +56,25 @@ def info(as_json: bool) -> None:
         print_json(data)
         return
     health = data["server"]
-    status = (f"{health.get('status', '?')} (version {health.get('version', '?')}, "
-              f"backend {health.get('terminal_backend', '?')})" if health else data["server_error"])
+    status = (
+        f"{health.get('status', '?')} (version {health.get('version', '?')}, "
+        f"backend {health.get('terminal_backend', '?')})"
+        if health
+        else data["server_error"]
+    )
     pairs: list[tuple[str, Any]] = [
-        ("Server", data["server_url"]), ("Health", status), ("cao home", data["cao_home"]),
-        ("Database", data["db_path"]), ("tmux socket", data["tmux_socket"])]
+        ("Server", data["server_url"]),
+        ("Health", status),
+        ("cao home", data["cao_home"]),
+        ("Database", data["db_path"]),
+        ("tmux socket", data["tmux_socket"]),
+    ]
     term = data["terminal"]
     if term:
-        pairs += [("Terminal", f"{term['id']} ({term['agent_profile']}, {term['provider']}, {term['status']})"),
-                  ("Session", term["session_name"])]
+        pairs += [
+            ("Terminal", f"{term['id']} ({term['agent_profile']}, {term['provider']}, {term['status']})"),
+            ("Session", term["session_name"]),
+        ]
     elif data["terminal_id"]:
         pairs.append(("Terminal", f"{data['terminal_id']} ({data['server_error']})"))
     else:

@@ -1,4 +1,5 @@
 """`cao launch`: start an agent in a new session, then attach to it or drive it headless."""
+
 from __future__ import annotations
 
 import os
@@ -22,7 +23,7 @@ POLL_INTERVAL = 0.1
 def _profile_summary(name: str, provider: str | None) -> tuple[str, str]:
     """What to show before asking for trust; the server decides, this only previews it."""
     try:
-        profile = load_profile(Settings.from_env().home_dir, name)
+        profile = load_profile(Settings.from_env().home_dir, name, os.environ)
     except CaoError as exc:
         return f"{name} ({exc})", provider or "server default"
     shown = f"{name} ({profile.source})"
@@ -33,11 +34,18 @@ def _confirm(agents: str, provider: str | None, workdir: str, session_name: str 
     if not sys.stdin.isatty():
         raise click.ClickException(
             "cannot ask for confirmation: stdin is not a terminal. Pass --yolo to trust the "
-            "workspace and launch without asking.")
+            "workspace and launch without asking."
+        )
     profile, shown_provider = _profile_summary(agents, provider)
     click.echo("About to launch an agent that can read and change files in its working directory:")
-    print_fields([("Profile", profile), ("Provider", shown_provider), ("Working directory", workdir),
-                  ("Session", session_name or "(new, named by cao)")])
+    print_fields(
+        [
+            ("Profile", profile),
+            ("Provider", shown_provider),
+            ("Working directory", workdir),
+            ("Session", session_name or "(new, named by cao)"),
+        ]
+    )
     if not click.confirm("Trust this workspace and launch?", default=False):
         click.echo("Not launched.", err=True)
         raise click.exceptions.Exit(1)
@@ -52,7 +60,8 @@ def _wait_final(api: CaoClient, terminal_id: str, timeout: float) -> dict[str, A
         if time.monotonic() >= deadline:
             raise click.ClickException(
                 f"terminal {terminal_id} did not finish within {timeout:g}s (status {term['status']}); "
-                f"it is still running: `cao terminal status {terminal_id}`")
+                f"it is still running: `cao terminal status {terminal_id}`"
+            )
         time.sleep(POLL_INTERVAL)
 
 
@@ -65,8 +74,7 @@ def _last_output(api: CaoClient, terminal_id: str) -> str | None:
         raise
 
 
-def _run_message(api: CaoClient, term: dict[str, Any], message: str, timeout: float,
-                 as_json: bool) -> None:
+def _run_message(api: CaoClient, term: dict[str, Any], message: str, timeout: float, as_json: bool) -> None:
     terminal_id = term["id"]
     api.post(terminal_path(terminal_id, "/input"), json={"message": message})
     final = _wait_final(api, terminal_id, timeout)
@@ -77,7 +85,8 @@ def _run_message(api: CaoClient, term: dict[str, Any], message: str, timeout: fl
         click.echo(output)
     if final["status"] == "error":
         raise click.ClickException(
-            f"agent in terminal {terminal_id} reported an error: {final.get('status_reason') or 'see its output'}")
+            f"agent in terminal {terminal_id} reported an error: {final.get('status_reason') or 'see its output'}"
+        )
     if final["status"] == "waiting_user_answer" and not as_json:
         click.echo(f"The agent is waiting for an answer: `cao terminal send {terminal_id} ANSWER`", err=True)
 
@@ -86,25 +95,48 @@ def _run_message(api: CaoClient, term: dict[str, Any], message: str, timeout: fl
 @click.option("--agents", required=True, metavar="PROFILE", help="Agent profile to run.")
 @click.option("--provider", default=None, help="Provider (default: the profile's, else the server's).")
 @click.option("--session-name", default=None, help="Session name (cao- is prepended if missing).")
-@click.option("--working-directory", default=None,
-              type=click.Path(exists=True, file_okay=False, resolve_path=True),
-              help="Where the agent works (default: the current directory).")
+@click.option(
+    "--working-directory",
+    default=None,
+    type=click.Path(exists=True, file_okay=False, resolve_path=True),
+    help="Where the agent works (default: the current directory).",
+)
 @click.option("--headless", is_flag=True, help="Do not attach; print the ids (and the reply to MESSAGE).")
 @click.option("--yolo", is_flag=True, help="Trust the workspace: no confirmation, no permission prompts.")
 @click.option("--model", default=None, help="Model override for the provider.")
-@click.option("--timeout", default=300.0, show_default=True, type=click.FloatRange(min=0),
-              help="Seconds to wait for the reply to MESSAGE (with --headless).")
+@click.option(
+    "--timeout",
+    default=300.0,
+    show_default=True,
+    type=click.FloatRange(min=0),
+    help="Seconds to wait for the reply to MESSAGE (with --headless).",
+)
 @click.option("--json", "as_json", is_flag=True, help="Print the terminal as JSON.")
 @click.argument("message", required=False)
-def launch(agents: str, provider: str | None, session_name: str | None, working_directory: str | None,
-           headless: bool, yolo: bool, model: str | None, timeout: float, as_json: bool,
-           message: str | None) -> None:
+def launch(
+    agents: str,
+    provider: str | None,
+    session_name: str | None,
+    working_directory: str | None,
+    headless: bool,
+    yolo: bool,
+    model: str | None,
+    timeout: float,
+    as_json: bool,
+    message: str | None,
+) -> None:
     """Start agent PROFILE in a new session and attach to it (or run MESSAGE headless)."""
     workdir = working_directory or os.path.abspath(os.getcwd())
     if not yolo:
         _confirm(agents, provider, workdir, session_name)
-    params = {"agent_profile": agents, "provider": provider, "session_name": session_name,
-              "working_directory": workdir, "model": model, "yolo": str(yolo).lower()}
+    params = {
+        "agent_profile": agents,
+        "provider": provider,
+        "session_name": session_name,
+        "working_directory": workdir,
+        "model": model,
+        "yolo": str(yolo).lower(),
+    }
     with client() as api:
         term = api.post("/sessions", params=params, timeout=max(LAUNCH_TIMEOUT, api.timeout))
         if headless and message:

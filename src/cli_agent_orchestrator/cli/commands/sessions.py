@@ -1,12 +1,19 @@
 """`cao session ...`: list, inspect and delete sessions."""
+
 from __future__ import annotations
 
 import click
 
 from .common import client, json_option, print_fields, print_json, print_table, session_path
 
-TERMINAL_COLUMNS = [("id", "ID"), ("name", "WINDOW"), ("agent_profile", "PROFILE"), ("provider", "PROVIDER"),
-                    ("status", "STATUS"), ("working_directory", "WORKING DIRECTORY")]
+TERMINAL_COLUMNS = [
+    ("id", "ID"),
+    ("name", "WINDOW"),
+    ("agent_profile", "PROFILE"),
+    ("provider", "PROVIDER"),
+    ("status", "STATUS"),
+    ("working_directory", "WORKING DIRECTORY"),
+]
 
 
 @click.group()
@@ -23,9 +30,17 @@ def list_sessions(as_json: bool) -> None:
     if as_json:
         print_json(sessions)
         return
-    print_table(sessions, [("name", "NAME"), ("status", "STATUS"), ("terminal_count", "TERMINALS"),
-                           ("agent_profile", "PROFILE"), ("working_directory", "WORKING DIRECTORY")],
-                empty="No sessions.")
+    print_table(
+        sessions,
+        [
+            ("name", "NAME"),
+            ("status", "STATUS"),
+            ("terminal_count", "TERMINALS"),
+            ("agent_profile", "PROFILE"),
+            ("working_directory", "WORKING DIRECTORY"),
+        ],
+        empty="No sessions.",
+    )
 
 
 @session.command("get")

@@ -1,4 +1,5 @@
 """`cao terminal ...`: inspect, drive, delete and restore single agent terminals."""
+
 from __future__ import annotations
 
 import shlex
@@ -24,8 +25,7 @@ def list_terminals(as_json: bool) -> None:
     if as_json:
         print_json(terms)
         return
-    print_table(terms, [("id", "ID"), ("session_name", "SESSION"), *TERMINAL_COLUMNS[1:]],
-                empty="No terminals.")
+    print_table(terms, [("id", "ID"), ("session_name", "SESSION"), *TERMINAL_COLUMNS[1:]], empty="No terminals.")
 
 
 @terminal.command("status")
@@ -39,17 +39,32 @@ def status(terminal_id: str, as_json: bool) -> None:
         print_json(term)
         return
     state = term["status"] + (f" ({term['status_reason']})" if term.get("status_reason") else "")
-    print_fields([("Terminal", term["id"]), ("Session", term["session_name"]), ("Window", term["name"]),
-                  ("Profile", term["agent_profile"]), ("Provider", term["provider"]), ("Model", term.get("model")),
-                  ("Status", state), ("Working directory", term["working_directory"]),
-                  ("Caller", term.get("caller_id")), ("Created", term.get("created_at")),
-                  ("Last active", term.get("last_active"))])
+    print_fields(
+        [
+            ("Terminal", term["id"]),
+            ("Session", term["session_name"]),
+            ("Window", term["name"]),
+            ("Profile", term["agent_profile"]),
+            ("Provider", term["provider"]),
+            ("Model", term.get("model")),
+            ("Status", state),
+            ("Working directory", term["working_directory"]),
+            ("Caller", term.get("caller_id")),
+            ("Created", term.get("created_at")),
+            ("Last active", term.get("last_active")),
+        ]
+    )
 
 
 @terminal.command("output")
 @click.argument("terminal_id", metavar="ID")
-@click.option("--mode", type=click.Choice(["full", "last"]), default="full", show_default=True,
-              help="full: the whole scrollback; last: the agent's last reply.")
+@click.option(
+    "--mode",
+    type=click.Choice(["full", "last"]),
+    default="full",
+    show_default=True,
+    help="full: the whole scrollback; last: the agent's last reply.",
+)
 def output(terminal_id: str, mode: str) -> None:
     """Print the output of terminal ID."""
     with client() as api:

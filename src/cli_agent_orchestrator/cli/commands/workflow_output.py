@@ -1,5 +1,6 @@
 """Helpers of `cao workflow`: its HTTP client, the Server-Sent Events follow, and the
 human renderings of specs, runs, results and events."""
+
 from __future__ import annotations
 
 import json
@@ -7,14 +8,14 @@ import re
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass
 from typing import Any
 
 import click
 import httpx
 
+from ...client_edge import describe_detail, parse_sse
 from ...settings import Settings
-from ..client import ApiError, CaoClient, describe_detail
+from ..client import ApiError, CaoClient
 from .common import print_fields, print_table
 
 REQUEST_TIMEOUT = 30.0  # every non-blocking call
@@ -22,8 +23,7 @@ BLOCKING_TIMEOUT = 8820.0  # blocking run / resume: the server's own wait bound
 STREAM_TIMEOUT = httpx.Timeout(30.0, connect=10.0, read=60.0)  # the server sends a keepalive every 15 s
 MAX_RECONNECTS = 5
 RUN_ID_RE = re.compile(r"\A[A-Za-z0-9_-]{1,64}\Z")
-STEP_COLUMNS = [("id", "ID"), ("state", "STATE"), ("attempts", "ATTEMPTS"), ("policy", "POLICY"),
-                ("halt_rule", "HALT")]
+STEP_COLUMNS = [("id", "ID"), ("state", "STATE"), ("attempts", "ATTEMPTS"), ("policy", "POLICY"), ("halt_rule", "HALT")]
 
 
 def describe_workflow_detail(detail: Any) -> str:
@@ -56,8 +56,9 @@ class WorkflowClient(CaoClient):
         self._http.event_hooks["response"] = [_raise_for_detail]
 
     def stream(self, path: str, params: dict[str, Any]):
-        return self._http.stream("GET", path, params=params, timeout=STREAM_TIMEOUT,
-                                 headers={"Accept": "text/event-stream"})
+        return self._http.stream(
+            "GET", path, params=params, timeout=STREAM_TIMEOUT, headers={"Accept": "text/event-stream"}
+        )
 
 
 @contextmanager
@@ -76,39 +77,7 @@ def run_path(run_id: str, suffix: str = "") -> str:
     return f"/workflows/runs/{run_id}{suffix}"
 
 
-# --- Server-Sent Events ---------------------------------------------------------------------
-@dataclass
-class Frame:
-    event: str = "message"
-    id: str | None = None
-    data: str = ""
-
-
-def parse_sse(lines: Iterator[str]) -> Iterator[Frame]:
-    """Frames from `event:` / `id:` / `data:` lines; a blank line ends a frame, `:` is a comment."""
-    frame, data = Frame(), []
-    for line in lines:
-        line = line.rstrip("\r\n")
-        if not line:
-            if data or frame.id is not None or frame.event != "message":
-                frame.data = "\n".join(data)
-                yield frame
-            frame, data = Frame(), []
-            continue
-        if line.startswith(":"):
-            continue
-        field, _, value = line.partition(":")
-        value = value[1:] if value.startswith(" ") else value
-        if field == "event":
-            frame.event = value
-        elif field == "id":
-            frame.id = value
-        elif field == "data":
-            data.append(value)
-
-
-def follow_events(api: WorkflowClient, run_id: str, after_seq: int,
-                  on_event: Callable[[dict], None]) -> str:
+def follow_events(api: WorkflowClient, run_id: str, after_seq: int, on_event: Callable[[dict], None]) -> str:
     """Follow the run's timeline until the server ends the stream (the drive ended).
     Returns "ended", "absent" (unknown run) or "lost" (no contact after the reconnects);
     each reconnect resumes after the last event seen."""
@@ -186,20 +155,36 @@ def state_text(run: dict) -> str:
 
 
 def print_status(run: dict) -> None:
-    print_fields([("Run", run["run_id"]), ("Workflow", run["workflow_name"]), ("Tier", run.get("tier")),
-                  ("State", run["state"]), ("Kind", run.get("kind")), ("Generation", run.get("generation")),
-                  ("Current step", run.get("current_step_id")),
-                  ("Driving", "yes" if run.get("driving") else "no"),
-                  ("Started", run.get("started_at")), ("Finished", run.get("finished_at"))])
-    print_list("Halts", [halt_text(h) for h in run.get("halts") or []])
+    print_fields(
+        [
+            ("Run", run["run_id"]),
+            ("Workflow", run["workflow_name"]),
+            ("Tier", run.get("tier")),
+            ("State", run["state"]),
+            ("Kind", run.get("kind")),
+            ("Generation", run.get("generation")),
+            ("Current step", run.get("current_step_id")),
+            ("Driving", "yes" if run.get("driving") else "no"),
+            ("Started", run.get("started_at")),
+            ("Finished", run.get("finished_at")),
+        ]
+    )
+    print_list("Halts", [text for h in run.get("halts") or [] if (text := halt_text(h))])
     print_steps(run.get("steps") or [])
 
 
 def print_result(result: dict, *, short: bool = False) -> None:
     """A run result; `short` (the end of a followed run) leaves out the steps table."""
-    print_fields([("Run", result["run_id"]), ("Workflow", result["workflow_name"]),
-                  ("State", result["state"]), ("Kind", result.get("kind")),
-                  ("Generation", result.get("generation")), ("Finished", result.get("finished_at"))])
+    print_fields(
+        [
+            ("Run", result["run_id"]),
+            ("Workflow", result["workflow_name"]),
+            ("State", result["state"]),
+            ("Kind", result.get("kind")),
+            ("Generation", result.get("generation")),
+            ("Finished", result.get("finished_at")),
+        ]
+    )
     if not short:
         print_steps(result.get("steps") or [])
         click.echo()
@@ -211,10 +196,14 @@ def print_result(result: dict, *, short: bool = False) -> None:
     if envelope:
         click.echo("Failure:")
         width = 14
-        for label, value in [("failing step", envelope.get("failing_step")), ("attempt", envelope.get("attempt")),
-                             ("error kind", envelope.get("error_kind")), ("halt", halt_text(envelope.get("halt"))),
-                             ("terminal", envelope.get("terminal_reference")),
-                             ("next command", envelope.get("next_command"))]:
+        for label, value in [
+            ("failing step", envelope.get("failing_step")),
+            ("attempt", envelope.get("attempt")),
+            ("error kind", envelope.get("error_kind")),
+            ("halt", halt_text(envelope.get("halt"))),
+            ("terminal", envelope.get("terminal_reference")),
+            ("next command", envelope.get("next_command")),
+        ]:
             click.echo(f"  {(label + ':').ljust(width)}{'-' if value in (None, '') else value}")
     hint = resume_hint(result)
     if hint:
@@ -236,8 +225,11 @@ def print_spec(spec: dict) -> None:
     inputs = ", ".join(_input_text(name, decl) for name, decl in (spec.get("inputs") or {}).items())
     pairs: list[tuple[str, Any]] = [("Name", spec["name"]), ("Tier", spec["tier"]), ("Path", spec.get("path"))]
     if spec["tier"] == "yaml":
-        pairs += [("Mode", spec.get("mode")), ("Description", spec.get("description")),
-                  ("Validation", (spec.get("validation") or {}).get("status"))]
+        pairs += [
+            ("Mode", spec.get("mode")),
+            ("Description", spec.get("description")),
+            ("Validation", (spec.get("validation") or {}).get("status")),
+        ]
     pairs.append(("Inputs", inputs or spec.get("inputs_error")))
     print_fields(pairs)
     if spec["tier"] == "script":

@@ -1,0 +1,68 @@
+"""Input into a pane: pastes through a buffer loaded from stdin, named keys quoted for tmux's
+parser, and both only if tmux itself finds the pane alive in the same command (tmux 3.3a
+crashes the whole server on a paste into a dead pane).
+"""
+
+from __future__ import annotations
+
+import uuid
+from typing import Protocol
+
+from ..errors import AgentExited, BackendError
+from .tmux_commands import Reply, quote, window_target
+
+# What the liveness check prints when the pane is dead (and nothing was delivered).
+_DEAD = "cao-pane-dead"
+
+
+class CommandRunner(Protocol):
+    """The part of the backend that runs tmux command lists."""
+
+    async def run(self, *args: str, input_bytes: bytes | None = None, check: bool = True) -> str: ...
+
+    async def run_reply(self, *args: str, input_bytes: bytes | None = None) -> Reply: ...
+
+
+async def paste(tmux: CommandRunner, window_id: str, text: str) -> None:
+    window = window_target(window_id)
+    buffer = f"cao-{uuid.uuid4().hex[:12]}"
+    # load-buffer from stdin + paste-buffer -p (bracketed) -d (delete buffer): the text
+    # never passes through a shell or tmux's parser. if-shell -F decides inside tmux,
+    # in the same command, that the pane is alive: nothing can die in between.
+    reply = await tmux.run_reply(
+        "load-buffer",
+        "-b",
+        buffer,
+        "-",
+        ";",
+        "if-shell",
+        "-F",
+        "-t",
+        window,
+        "#{pane_dead}",
+        f"delete-buffer -b {buffer} ; display-message -p {_DEAD}",
+        f"paste-buffer -p -d -b {buffer} -t {window}",
+        input_bytes=text.encode("utf-8"),
+    )
+    await _check_alive(tmux, reply, window, cleanup=["delete-buffer", "-b", buffer])
+
+
+async def send_keys(tmux: CommandRunner, window_id: str, keys: list[str]) -> None:
+    window = window_target(window_id)
+    typed = " ".join(quote(k) for k in keys)
+    reply = await tmux.run_reply(
+        "if-shell", "-F", "-t", window, "#{pane_dead}", f"display-message -p {_DEAD}", f"send-keys -t {window} {typed}"
+    )
+    await _check_alive(tmux, reply, window)
+
+
+async def _check_alive(tmux: CommandRunner, reply: Reply, window: str, cleanup: list[str] | None = None) -> None:
+    if reply.ok and _DEAD not in reply.text.split():
+        return
+    if cleanup:
+        await tmux.run(*cleanup, check=False)
+    if reply.ok:
+        raise AgentExited("the agent's process has exited (its pane is dead)")
+    if "can't find" in reply.error:
+        raise AgentExited("the agent's tmux window no longer exists")
+    raise BackendError(f"tmux refused input for {window}: {reply.error.strip()}")

@@ -1,0 +1,341 @@
+"""The status monitor: terminal facts in, `terminal.{id}.status` out (seed 003), published the
+moment a status changes. It alone asks a provider what a screen or a hook means. Every terminal
+has its own queue and worker, so one agent printing a flood delays nobody else.
+
+Turns: when cao submits input (`InputSubmitted`), the screen still shows the
+previous turn. The monitor only accepts a ready reading for the new turn after
+it has seen the typed text in the composer or a busy/waiting/error state, so a
+stale "completed" is never mistaken for the new answer; the first accepted
+reading is published even when its value equals the old one.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Callable
+
+import pyte
+
+from ...bus import EventBus
+from ...events import (
+    Event,
+    HookReceived,
+    InputSubmitted,
+    ScreenSnapshot,
+    StatusChanged,
+    TerminalExited,
+    TerminalOutput,
+    TerminalRemoved,
+    TerminalResized,
+)
+from ...models import TerminalStatus
+from ...providers.base import Provider
+from ...store import Store
+from ...tasks import TaskGroup
+from .screen import EmulatedScreen, render, upper_rows
+from .view import TerminalView
+from .watched import COMPOSER_SEEN, SENT, SETTLED, WatchedTerminal
+from .writer import StatusWriter
+
+log = logging.getLogger(__name__)
+
+_HOOK_DECIDED = (TerminalStatus.PROCESSING, TerminalStatus.COMPLETED, TerminalStatus.IDLE)
+
+
+class StatusMonitor:
+    def __init__(
+        self, bus: EventBus, store: Store, tasks: TaskGroup, request_snapshot: Callable[[str], bool] | None = None
+    ):
+        self.bus = bus
+        self.store = store
+        self.tasks = tasks
+        self._terms: dict[str, WatchedTerminal] = {}
+        # Asks the output source for a ScreenSnapshot, which arrives in stream order
+        # (the backend's request_snapshot).
+        self.request_snapshot = request_snapshot
+        self._writer = StatusWriter(store, tasks)
+
+    # --- registration -----------------------------------------------------------
+    def watch(
+        self,
+        terminal_id: str,
+        provider: Provider,
+        width: int = 220,
+        height: int = 50,
+        initial: TerminalStatus = TerminalStatus.UNKNOWN,
+    ) -> None:
+        self.forget(terminal_id)
+        screen = EmulatedScreen(width, height)
+        term = WatchedTerminal(
+            terminal_id, provider, screen, pyte.ByteStream(screen), self.request_snapshot, status=initial
+        )
+        self._terms[terminal_id] = term
+        term.worker = self.tasks.spawn(self._work(terminal_id, term), f"status:{terminal_id}")
+
+    def forget(self, terminal_id: str) -> None:
+        term = self._terms.pop(terminal_id, None)
+        if term is not None:
+            term.forget()
+
+    async def stop(self) -> None:
+        workers = [t.worker for t in self._terms.values() if t.worker is not None]
+        for worker in workers:
+            worker.cancel()
+        await asyncio.gather(*workers, return_exceptions=True)
+        await self._writer.stop()
+
+    def resync(self, terminal_id: str) -> None:
+        """Our copy of the screen may be stale (drops, resize, restart): re-read it from tmux."""
+        term = self._terms.get(terminal_id)
+        if term is not None:
+            term.resync()
+
+    # --- queries ----------------------------------------------------------------
+    def stats(self) -> dict[str, dict]:
+        """Per terminal: output waiting to be emulated, output skipped in favour of tmux
+        snapshots (floods), snapshots applied. Served by /diagnostics."""
+        return {tid: t.stats() for tid, t in self._terms.items()}
+
+    def view(self, terminal_id: str) -> TerminalView | None:
+        """The one read model of a terminal; None when it is not watched (deleted, gone)."""
+        term = self._terms.get(terminal_id)
+        if term is None:
+            return None
+        if term.dirty:  # output arrived since the screen was last read: read it as it is now
+            term.rendered = render(term.screen)
+        return TerminalView(
+            term.status,
+            term.status_source,
+            term.reason,
+            term.turn,
+            term.phase == SETTLED,
+            term.exited,
+            term.provider,
+            term.rendered,
+            term.composer_has_text,
+            term.hook_reply,
+        )
+
+    # --- consumers (registered in bootstrap) ------------------------------------
+    def handle(self, event: Event) -> None:
+        """One subscription for all terminal facts. It only routes each fact to its
+        terminal's queue (cheap, so the bus never backs up); the terminal's worker
+        applies them in order, so input and output stay in order."""
+        terminal_id = getattr(event, "terminal_id", None)
+        term = self._terms.get(terminal_id) if terminal_id is not None else None
+        if term is None:
+            return
+        if isinstance(event, TerminalRemoved):
+            self.forget(event.terminal_id)
+            return
+        if isinstance(
+            event, (TerminalOutput, InputSubmitted, TerminalExited, TerminalResized, ScreenSnapshot, HookReceived)
+        ):
+            term.queue.append(event)
+            if isinstance(event, TerminalOutput):
+                term.queued_output += len(event.data)
+            term.wake.set()
+
+    def on_dropped(self, event: Event) -> None:
+        """Output was dropped under back-pressure: this screen is no longer exact."""
+        if isinstance(event, TerminalOutput):
+            self.resync(event.terminal_id)
+
+    # --- the per-terminal worker ------------------------------------------------
+    async def _work(self, terminal_id: str, term: WatchedTerminal) -> None:
+        while True:
+            if not term.queue:
+                if term.dirty:
+                    await self._guarded(terminal_id, self._evaluate(terminal_id), "evaluate")
+                    continue
+                term.wake.clear()
+                await term.wake.wait()
+                continue
+            event = term.queue.popleft()
+            if isinstance(event, TerminalOutput):
+                term.queued_output -= len(event.data)
+                await self._guarded(terminal_id, term.feed_output(event.data), event.topic)
+                continue
+            if term.dirty and not isinstance(event, (ScreenSnapshot, TerminalResized)):
+                # Judge the screen as it was before this fact (e.g. the end of a turn
+                # before the input that starts the next one).
+                await self._guarded(terminal_id, self._evaluate(terminal_id), "evaluate")
+            await self._guarded(terminal_id, self._apply(terminal_id, term, event), event.topic)
+
+    async def _guarded(self, terminal_id: str, step, what: str) -> None:
+        """Run one step of a worker; a failure is recorded where /diagnostics shows it and
+        the worker goes on with the next fact."""
+        try:
+            await step
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:
+            log.exception("status monitor: %s of %s failed", what, terminal_id)
+            self.bus.record_failure("status-monitor", f"terminal.{terminal_id}", exc)
+
+    async def _apply(self, terminal_id: str, term: WatchedTerminal, event: Event) -> None:
+        if isinstance(event, InputSubmitted):
+            await self.on_input(event)
+        elif isinstance(event, TerminalExited):
+            await self.on_exited(event)
+        elif isinstance(event, TerminalResized):
+            self.on_resized(event)
+        elif isinstance(event, ScreenSnapshot):
+            self.on_snapshot(event)
+        elif isinstance(event, HookReceived):
+            await self.on_hook(event.terminal_id, event.event, event.payload)
+
+    def on_snapshot(self, event: ScreenSnapshot) -> None:
+        term = self._terms.get(event.terminal_id)
+        if term is not None:
+            term.apply_snapshot(event.text, (event.cursor_x, event.cursor_y))
+
+    def on_resized(self, event: TerminalResized) -> None:
+        """Keep the emulator's geometry equal to the pane's, then re-read the screen."""
+        term = self._terms.get(event.terminal_id)
+        if term is None or (term.screen.columns, term.screen.lines) == (event.width, event.height):
+            return
+        term.screen.resize(event.height, event.width)
+        self.resync(event.terminal_id)
+
+    async def on_input(self, event: Event) -> None:
+        assert isinstance(event, InputSubmitted)
+        term = self._terms.get(event.terminal_id)
+        if term is not None:
+            term.hook_reply = None  # a new turn: the last hook's answer is the previous one's
+        if term is not None and term.exited:
+            # Typed into a pane whose agent already died (the death was seen first):
+            # that turn can only end in error, and nothing on screen will say so.
+            term.turn = event.turn
+            term.phase = SETTLED
+            await self._publish(event.terminal_id, term, TerminalStatus.ERROR, "pane", term.reason, force=True)
+        elif term is not None:
+            term.turn = event.turn
+            term.phase = SENT
+            term.status_at_submit = term.status
+            term.upper_at_submit = upper_rows(term.screen)
+
+    async def on_exited(self, event: Event) -> None:
+        assert isinstance(event, TerminalExited)
+        term = self._terms.get(event.terminal_id)
+        if term is None or term.exited:
+            return
+        term.exited = True
+        if event.window_gone:
+            reason = "the agent's tmux window was closed"
+        else:
+            reason = f"the agent process exited (code {event.exit_code})"
+        await self._publish(event.terminal_id, term, TerminalStatus.ERROR, "pane", reason)
+
+    # --- evaluation -------------------------------------------------------------
+    async def _evaluate(self, terminal_id: str) -> None:
+        term = self._terms.get(terminal_id)
+        if term is None:
+            return
+        term.dirty = False
+        if term.exited:
+            return
+        term.rendered = render(term.screen)
+        try:
+            reading = term.provider.read_status(term.rendered)
+        except Exception:
+            log.exception("provider %s read_status failed", term.provider.name)
+            return
+        term.composer_has_text = reading.composer_has_text
+        new = reading.status
+        if (
+            term.hooks_seen
+            and term.phase == SETTLED
+            and new in _HOOK_DECIDED
+            and not reading.definite
+            and not (
+                new == TerminalStatus.PROCESSING
+                and term.status_source == "screen"
+                and term.status in (TerminalStatus.WAITING_USER_ANSWER, TerminalStatus.ERROR)
+            )
+        ):
+            # Busy/done/idle come from the CLI's hooks; the screen may only end a
+            # dialog or an error that it detected itself.
+            return
+        if term.phase != SETTLED:
+            if new == TerminalStatus.UNKNOWN:
+                return
+            if (
+                new.is_ready
+                and term.hooks_seen
+                and not reading.definite
+                and term.status_at_submit != TerminalStatus.WAITING_USER_ANSWER
+            ):
+                # A CLI that reports its turns by hooks says itself when the new one starts;
+                # until then a ready screen is the previous answer with the new echo above.
+                return
+            if new.is_ready:
+                if reading.composer_has_text:
+                    term.phase = COMPOSER_SEEN
+                    return
+                if term.phase == SENT and not self._new_turn_on_screen(term):
+                    return  # still the previous turn's screen
+            term.phase = SETTLED
+            await self._publish(terminal_id, term, new, "screen", reading.reason, force=True)
+            return
+        if new == TerminalStatus.UNKNOWN and term.status != TerminalStatus.UNKNOWN:
+            return  # unknown never overwrites a known status
+        if term.status == TerminalStatus.COMPLETED and new == TerminalStatus.IDLE and not reading.composer_has_text:
+            return  # a finished turn stays completed until new input (typed text counts)
+        if new != term.status or reading.reason != term.reason:
+            await self._publish(terminal_id, term, new, "screen", reading.reason)
+
+    @staticmethod
+    def _new_turn_on_screen(term: WatchedTerminal) -> bool:
+        """A ready screen right after a submit belongs to the new turn when the echo and the
+        answer arrived together (nothing in between to see): the screen above its last two
+        rows (prompt and footer redraws) changed, or the agent was waiting for this answer."""
+        return (
+            term.status_at_submit == TerminalStatus.WAITING_USER_ANSWER
+            or upper_rows(term.screen) != term.upper_at_submit
+        )
+
+    async def _publish(
+        self,
+        terminal_id: str,
+        term: WatchedTerminal,
+        status: TerminalStatus,
+        source: str,
+        reason: str,
+        force: bool = False,
+    ) -> None:
+        previous = term.status
+        if status == previous and reason == term.reason and not force:
+            return
+        term.status, term.reason, term.status_source = status, reason, source
+        self.bus.publish(StatusChanged(terminal_id, status, previous, source, reason, term.turn))
+        self._writer.put(terminal_id, status, source, reason)
+
+    async def set_external(self, terminal_id: str, status: TerminalStatus, source: str, reason: str = "") -> None:
+        """A status decided outside the screen (a restart, a start-up dialog answered)."""
+        term = self._terms.get(terminal_id)
+        if term is not None:
+            force = term.phase != SETTLED and status != TerminalStatus.IDLE
+            if force:
+                term.phase = SETTLED  # a busy/done/waiting signal confirms the pending turn
+            await self._publish(terminal_id, term, status, source, reason, force=force)
+
+    async def on_hook(self, terminal_id: str, event: str, payload: dict) -> TerminalStatus | None:
+        """A CLI hook arrived (`cao-hook`): the provider says what it means."""
+        term = self._terms.get(terminal_id)
+        if term is None or term.exited:
+            return None
+        reading = term.provider.status_from_hook(event, payload, term.last_hook)
+        if reading is None:
+            return None
+        term.hooks_seen, term.last_hook = True, event
+        if term.phase != SETTLED and reading.status in (TerminalStatus.COMPLETED, TerminalStatus.IDLE):
+            # A turn is pending and this is the end of the previous one (a message queued
+            # during a turn): only a busy signal can settle the new turn.
+            return None
+        text = term.provider.reply_from_hook(event, payload)
+        if text is not None:
+            term.hook_reply = text
+        await self.set_external(terminal_id, reading.status, f"hook:{event}", reading.reason)
+        return reading.status

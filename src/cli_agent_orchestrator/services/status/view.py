@@ -1,0 +1,27 @@
+"""The read model other services get from the status monitor: one frozen `TerminalView` per
+watched terminal, as the monitor knows it now (the database copy of the status may lag behind).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from ...models import TerminalStatus
+from ...providers.base import Provider, Screen
+
+
+@dataclass(frozen=True)
+class TerminalView:
+    """Everything the services may know of a watched terminal, as the monitor knows it now
+    (the database copy of the status may lag behind)."""
+
+    status: TerminalStatus
+    source: str  # which signal decided it: "screen", "pane", "hook:<event>", ...
+    reason: str
+    turn: int  # input turns submitted so far
+    settled: bool  # the latest turn's first status after its input has been seen
+    exited: bool  # the agent's process ended (input is refused)
+    provider: Provider
+    screen: Screen  # the screen the status was last read from
+    composer_has_text: bool  # typed input sits unsubmitted at the prompt
+    hook_reply: str | None  # the turn's answer as the CLI's turn-end hook gave it, if it did

@@ -1,0 +1,296 @@
+"""TerminalService: the lifecycle of an agent terminal (one agent CLI in one tmux window) as the
+API sees it: create, read, type into, delete, restore and re-adopt. Status comes from the status
+monitor, input goes through the input service; facts (spawned, removed) go out on the bus.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import builtins
+import hmac
+import logging
+import os
+import shutil
+from collections.abc import Mapping
+
+from ...backends.base import TerminalBackend
+from ...bus import EventBus
+from ...errors import AgentExited, Conflict, Forbidden, InvalidInput, NotFound, WaitTimeout, WorkerError
+from ...events import BackendLost, Event, TerminalRemoved, TerminalSpawned
+from ...models import Terminal, TerminalStatus
+from ...providers.registry import get_provider
+from ...settings import Settings
+from ...store import Store
+from ...tasks import TaskGroup
+from ..input import InputService, valid_key
+from ..launch import sweep_env_files
+from ..status.monitor import StatusMonitor
+from ..status.view import TerminalView
+from ..waiting import TerminalVanished, ready_or_stuck, wait_for
+from .adoption import adopt_survivors
+from .names import check_terminal_id
+from .scrollback import restore_scrollback, save_scrollback
+from .spawn import HOOK_SECRET_ENV, CreateRequest, Spawner, checked_working_directory
+
+log = logging.getLogger(__name__)
+
+MAX_STARTUP_ANSWERS = 12  # first-run screens (theme, notes, trust) can each be drawn more than once
+
+
+class TerminalService:
+    def __init__(
+        self,
+        settings: Settings,
+        store: Store,
+        bus: EventBus,
+        backend: TerminalBackend,
+        monitor: StatusMonitor,
+        typing: InputService,
+        tasks: TaskGroup,
+        environ: Mapping[str, str],
+    ):
+        """`environ`: cao-server's environment, which every agent inherits."""
+        self.environ = environ
+        self.settings = settings
+        self.store = store
+        self.bus = bus
+        self.backend = backend
+        self.monitor = monitor
+        self.typing = typing
+        self.tasks = tasks
+        self._spawner = Spawner(settings, store, backend, monitor, environ)
+
+    # --- reading ----------------------------------------------------------------
+    async def get(self, terminal_id: str) -> Terminal:
+        check_terminal_id(terminal_id)
+        term = await self.store.run(self.store.get_terminal, terminal_id)
+        if term is None:
+            raise NotFound(f"terminal {terminal_id} not found")
+        _overlay_live(term, self.monitor.view(terminal_id))
+        return term
+
+    async def list(self, session_name: str | None = None) -> list[Terminal]:
+        terms = await self.store.run(self.store.list_terminals, session_name)
+        for term in terms:
+            _overlay_live(term, self.monitor.view(term.id))
+        return terms
+
+    async def check_hook_secret(self, terminal_id: str, secret: str | None) -> None:
+        """A hook may only speak for the terminal whose environment holds its secret."""
+        await self.get(terminal_id)
+        expected = await self.store.run(self.store.hook_secret, terminal_id)
+        if not expected or not secret or not hmac.compare_digest(expected.encode(), secret.encode()):
+            raise Forbidden(
+                f"hook refused: it does not carry terminal {terminal_id}'s hook secret "
+                f"({HOOK_SECRET_ENV} in the agent's environment)"
+            )
+
+    async def window(self, terminal_id: str) -> str:
+        check_terminal_id(terminal_id)
+        found = await self.store.run(self.store.window_of, terminal_id)
+        if found is None:
+            raise NotFound(f"terminal {terminal_id} not found")
+        gone, window_id, reason = found
+        if gone:
+            # Its window id may name another agent's window in a newer tmux server.
+            raise AgentExited(f"terminal {terminal_id} is gone ({reason}); it has no window")
+        if window_id is None:
+            raise NotFound(f"terminal {terminal_id} has no window")
+        return window_id
+
+    # --- creating ---------------------------------------------------------------
+    async def create(self, req: CreateRequest) -> Terminal:
+        profile, provider_name = await self._spawner.resolve(req)
+        if req.caller_id is not None:
+            check_terminal_id(req.caller_id)
+        workdir = await self._default_workdir(req)
+        term = await self._spawner.spawn(req, profile, provider_name, workdir)
+        self.bus.publish(TerminalSpawned(term.id, term.session_name))
+        if req.wait_ready:
+            await self.wait_until_ready(term.id)
+        return await self.get(term.id)
+
+    async def _default_workdir(self, req: CreateRequest) -> str:
+        if req.working_directory is None and req.caller_id is not None:
+            # A worker starts where its caller is working now.
+            try:
+                window_id = await self.window(req.caller_id)
+                live = await self.backend.current_path(window_id)
+                if live and os.path.isdir(live):
+                    return live
+            except (NotFound, AgentExited):
+                pass  # the caller is gone: the server's own directory, as without a caller
+        return checked_working_directory(req.working_directory)
+
+    async def wait_until_ready(self, terminal_id: str) -> TerminalStatus:
+        """Wait for the agent's first ready state, answering known start-up dialogs.
+
+        On failure the terminal is deleted (nothing leaks) and the error names the cause.
+        Either way its launch file is gone afterwards.
+        """
+        try:
+            return await self._wait_until_ready(terminal_id)
+        finally:
+            self._spawner.launch_done(terminal_id)
+
+    async def _wait_until_ready(self, terminal_id: str) -> TerminalStatus:
+        term = await self.store.run(self.store.get_terminal, terminal_id)
+        if term is None:
+            raise WorkerError(f"terminal {terminal_id} was deleted while starting", terminal_id)
+        provider = get_provider(term.provider)
+        timeout = min(provider.startup_timeout, self.settings.provider_init_timeout)
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + timeout
+        answered = 0
+        while True:
+            try:
+                status = await wait_for(
+                    self.bus, self.monitor, terminal_id, ready_or_stuck, max(0.0, deadline - loop.time())
+                )
+            except TerminalVanished as gone:
+                raise WorkerError(f"terminal {terminal_id} was removed while starting ({gone})", terminal_id) from None
+            view = self.monitor.view(terminal_id)
+            screen = view.screen if view else None
+            if status == TerminalStatus.WAITING_USER_ANSWER and screen is not None and answered < MAX_STARTUP_ANSWERS:
+                keys = provider.answer_startup_dialog(screen)
+                if keys:
+                    answered += 1
+                    await self.typing.send_keys(await self.window(terminal_id), list(keys))
+                    await self.monitor.set_external(terminal_id, TerminalStatus.PROCESSING, "startup-dialog")
+                    continue
+            if status is not None and status != TerminalStatus.ERROR:
+                return status
+            tail = "\n".join(screen.last_nonblank(8)) if screen else ""
+            view = self.monitor.view(terminal_id)
+            reason = view.reason if view else ""
+            await self.delete(terminal_id)
+            if status is None:
+                raise WaitTimeout(
+                    f"{term.provider} agent did not become ready within {timeout:.0f}s; last screen:\n{tail}",
+                    terminal_id,
+                )
+            raise WorkerError(
+                f"{term.provider} agent failed to start: {reason or 'error'}; last screen:\n{tail}", terminal_id
+            )
+
+    # --- input ------------------------------------------------------------------
+    async def send_input(self, terminal_id: str, text: str) -> int:
+        if not text:
+            raise InvalidInput("message must not be empty")
+        window_id = await self.window(terminal_id)
+        async with self.typing.lock(terminal_id):
+            view = self.monitor.view(terminal_id)
+            if view is None or view.exited:
+                term = await self.get(terminal_id)
+                raise Conflict(
+                    f"terminal {terminal_id}: {term.status_reason or 'the agent is not running'}; input refused"
+                )
+            keys = self._dialog_keys(terminal_id, text)
+            if keys:
+                # A menu that ignores typed text (an approval dialog): answer with its keys.
+                turn = await self.typing.next_turn(terminal_id)  # before the keys: no reaction can beat it
+                await self.typing.send_keys(window_id, keys)
+                return turn
+            return await self.typing.submit(terminal_id, window_id, text)
+
+    def _dialog_keys(self, terminal_id: str, answer: str) -> builtins.list[str] | None:  # (`list` is a method here)
+        view = self.monitor.view(terminal_id)
+        if view is None or view.status != TerminalStatus.WAITING_USER_ANSWER:
+            return None
+        keys = view.provider.dialog_keys(view.screen, answer)
+        return [k for k in keys if valid_key(k)] if keys else None
+
+    async def send_key(self, terminal_id: str, key: str) -> None:
+        if not valid_key(key):
+            raise InvalidInput(
+                f"invalid key {key!r}: use Enter, Escape, Tab, Space, BSpace, Up, Down, Left, "
+                "Right, one letter or digit, or C-/M-/S- plus one letter or digit"
+            )
+        window_id = await self.window(terminal_id)
+        async with self.typing.lock(terminal_id):
+            await self.typing.send_keys(window_id, [key])
+
+    async def exit(self, terminal_id: str) -> None:
+        term = await self.get(terminal_id)
+        window_id = await self.window(terminal_id)
+        command = get_provider(term.provider).exit_command
+        async with self.typing.lock(terminal_id):
+            await self.typing.submit(terminal_id, window_id, command)
+
+    # --- output -----------------------------------------------------------------
+    async def history(self, terminal_id: str) -> str:
+        window_id = await self.window(terminal_id)
+        return await self.backend.capture(window_id, history=True)
+
+    async def output(self, terminal_id: str, mode: str) -> str:
+        term = await self.get(terminal_id)
+        view = self.monitor.view(terminal_id)
+        if mode == "last" and view is not None and view.hook_reply is not None:
+            return view.hook_reply  # exact text from the CLI itself; the screen has it wrapped
+        text = await self.history(terminal_id)
+        if mode == "full":
+            return text
+        provider = get_provider(term.provider)
+        lines = text.splitlines() if provider.raw_history else [line.rstrip() for line in text.splitlines()]
+        reply = provider.extract_reply(lines)
+        if reply is None:
+            raise Conflict(f"terminal {terminal_id} has no reply to extract yet (status {term.status})")
+        return reply
+
+    async def working_directory(self, terminal_id: str) -> str | None:
+        return await self.backend.current_path(await self.window(terminal_id))
+
+    # --- deleting and restoring ---------------------------------------------------
+    async def delete(self, terminal_id: str) -> None:
+        check_terminal_id(terminal_id)
+        term = await self.store.run(self.store.get_terminal, terminal_id)
+        if term is None:
+            raise NotFound(f"terminal {terminal_id} not found")
+        window_id = await self.store.run(self.store.window_id, terminal_id)
+        await save_scrollback(self.backend, self.settings.terminal_logs_dir, term, window_id)
+        await self.backend.unwatch(terminal_id)
+        if window_id and not term.gone:
+            await self.backend.kill_window(window_id)
+        await self.store.run(self.store.delete_terminal, terminal_id)
+        self._remove_files(terminal_id)
+        self.typing.forget(terminal_id)
+        self.bus.publish(TerminalRemoved(terminal_id, "deleted"))
+
+    def _remove_files(self, terminal_id: str) -> None:
+        # Generated per-terminal files (launch scripts, settings, the env file) may hold
+        # the system prompt or secrets: they go with the terminal.
+        shutil.rmtree(self.settings.tmp_dir / terminal_id, ignore_errors=True)
+        self._spawner.launch_done(terminal_id)
+
+    async def restore(self, terminal_id: str) -> dict:
+        """Show a deleted terminal's saved scrollback again, in a plain window. Asked
+        again, it shows the same window (tagged with the terminal id), not another one."""
+        check_terminal_id(terminal_id)
+        return await restore_scrollback(self.backend, self.settings.terminal_logs_dir, terminal_id)
+
+    # --- restart and lost servers ----------------------------------------------------
+    async def adopt_all(self) -> dict:
+        """Re-attach to terminals that survived a server restart; mark the others gone."""
+        sweep_env_files(self.settings.tmp_dir, keep=set(self._spawner.starting))
+        return await adopt_survivors(self.store, self.backend, self.monitor, self._mark_gone)
+
+    async def on_backend_lost(self, event: Event) -> None:
+        """The tmux server ended: every agent it ran is gone, and says why."""
+        assert isinstance(event, BackendLost)
+        for term in await self.store.run(self.store.list_terminals, None):
+            await self._mark_gone(term.id, event.reason)
+
+    async def _mark_gone(self, terminal_id: str, reason: str) -> None:
+        await self.store.run(self.store.mark_gone, terminal_id, reason)
+        await self.backend.unwatch(terminal_id)
+        self._remove_files(terminal_id)
+        self.typing.forget(terminal_id)
+        self.bus.publish(TerminalRemoved(terminal_id, reason))
+
+
+def _overlay_live(term: Terminal, view: TerminalView | None) -> None:
+    """The monitor's live status over the stored one (written behind it); a gone terminal
+    keeps the stored status that says why it is gone."""
+    if view is not None and not term.gone:
+        term.status, term.status_source = view.status, view.source or term.status_source
+        term.status_reason = view.reason or None

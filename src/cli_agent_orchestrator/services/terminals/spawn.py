@@ -1,0 +1,195 @@
+"""Spawning a terminal: the create request, the profile and provider it resolves to, and the
+launch itself (launch file, row, tmux window). A failed launch leaves nothing behind, and a
+launch file never outlives the start.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import secrets
+import shutil
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+
+from ...backends.base import TerminalBackend
+from ...errors import InvalidInput, NotFound
+from ...models import MODEL_RE, SAFE_NAME_RE, Terminal
+from ...profiles import AgentProfile, load_profile
+from ...providers.base import LaunchContext
+from ...providers.registry import get_provider
+from ...settings import Settings
+from ...store import Store
+from ..launch import env_file, mcp_server_argv, pane_command, write_env_file
+from ..status.monitor import StatusMonitor
+from .names import check_terminal_id, normalise_session_name
+
+MAX_PATH_CHARS = 4096  # PATH_MAX on Linux: longer is never a directory
+HOOK_SECRET_ENV = "CAO_HOOK_SECRET"
+
+
+@dataclass
+class CreateRequest:
+    agent_profile: str
+    provider: str | None = None
+    session_name: str | None = None
+    new_session: bool = True
+    working_directory: str | None = None
+    caller_id: str | None = None
+    model: str | None = None
+    allowed_tools: list[str] | None = None
+    yolo: bool = False
+    wait_ready: bool = True
+    # Extra variables for the agent's pane (e.g. a workflow step's identity).
+    env: dict[str, str] | None = None
+
+
+def checked_working_directory(path: str | None) -> str:
+    """The directory a request names, checked: absolute, existing, a directory."""
+    if path is None:
+        return os.getcwd()
+    if len(path) > MAX_PATH_CHARS or "\x00" in path:
+        raise InvalidInput(f"working directory is not a usable path (at most {MAX_PATH_CHARS} characters, no NUL)")
+    try:
+        resolved = Path(path).expanduser()
+    except RuntimeError:  # ~user of a user that does not exist
+        raise InvalidInput(f"working directory {path[:200]!r}: no such user's home") from None
+    if not resolved.is_absolute():
+        raise InvalidInput(f"working directory must be an absolute path, got {path[:200]!r}")
+    try:
+        is_dir = resolved.is_dir()
+    except OSError as exc:  # e.g. a path component longer than NAME_MAX
+        raise InvalidInput(f"working directory {path[:200]!r} is not usable: {exc.strerror}") from None
+    if not is_dir:
+        raise InvalidInput(f"working directory {path[:200]!r} does not exist or is not a directory")
+    return str(resolved)
+
+
+class Spawner:
+    """Starts agents; remembers which are still starting (their launch files are in use)."""
+
+    def __init__(
+        self,
+        settings: Settings,
+        store: Store,
+        backend: TerminalBackend,
+        monitor: StatusMonitor,
+        environ: Mapping[str, str],
+    ):
+        """`environ`: cao-server's environment, which every agent inherits."""
+        self.settings = settings
+        self.store = store
+        self.backend = backend
+        self.monitor = monitor
+        self.environ = environ
+        self._session_lock = asyncio.Lock()
+        self.starting: set[str] = set()  # terminals whose launch file may still be read
+
+    async def resolve(self, req: CreateRequest) -> tuple[AgentProfile, str]:
+        """The profile, and the provider: the request's, else the profile's, else the caller's
+        (a worker runs where its supervisor runs: the server-wide default may be a CLI that is
+        not installed), else the default (CAO_DEFAULT_PROVIDER)."""
+        profile = load_profile(self.settings.home_dir, req.agent_profile, self.environ)
+        provider = req.provider or profile.provider
+        if not provider and req.caller_id is not None:
+            caller = await self.store.run(self.store.get_terminal, check_terminal_id(req.caller_id))
+            provider = caller.provider if caller is not None else None
+        by_default = not provider
+        provider = provider or self.settings.default_provider
+        try:
+            spec = get_provider(provider)  # unknown provider → 400 before anything is allocated
+            if not os.path.isabs(spec.binary) and shutil.which(spec.binary) is None:
+                raise InvalidInput(
+                    f"provider {provider}: its CLI `{spec.binary}` is not on cao-server's PATH; "
+                    "install it (see the README's provider table) or pick another provider"
+                )
+        except InvalidInput as exc:
+            if not by_default:
+                raise
+            # Nobody asked for this provider: say where it came from and how to choose another.
+            source = (
+                "CAO_DEFAULT_PROVIDER=" + provider
+                if (self.environ.get("CAO_DEFAULT_PROVIDER") or "").strip()
+                else f"{provider} (CAO_DEFAULT_PROVIDER is not set)"
+            )
+            raise InvalidInput(
+                f"no provider given (neither the request nor profile {profile.name!r} names one) "
+                f"and cao-server's default, {source}, cannot be used: {exc}"
+            ) from None
+        if req.model is not None and not MODEL_RE.match(req.model):
+            raise InvalidInput(f"invalid model {req.model!r}: up to 128 of [A-Za-z0-9._:/-]")
+        return profile, provider
+
+    async def spawn(self, req: CreateRequest, profile: AgentProfile, provider_name: str, workdir: str) -> Terminal:
+        """Launch the agent in a new tmux window; the terminal is watched from its first byte.
+        Its launch file stays until `launch_done` (the caller waits for the agent first)."""
+        provider = get_provider(provider_name)
+        terminal_id = secrets.token_hex(4)
+        window_name = (
+            f"{profile.name if SAFE_NAME_RE.match(profile.name) else req.agent_profile}-{secrets.token_hex(2)}"
+        )
+        async with self._session_lock:
+            session = normalise_session_name(req.session_name)
+            exists = await self.backend.session_exists(session)
+            if req.new_session and exists:
+                raise InvalidInput(f"session {session!r} already exists")
+            if not req.new_session and not exists:
+                raise NotFound(f"session {session!r} not found")
+            ctx = LaunchContext(
+                terminal_id=terminal_id,
+                profile_name=profile.name,
+                system_prompt=profile.system_prompt,
+                working_directory=workdir,
+                home_dir=self.settings.home_dir,
+                model=req.model or profile.model,
+                allowed_tools=req.allowed_tools or profile.allowed_tools,
+                yolo=req.yolo,
+                mcp_server_argv=mcp_server_argv(),
+                profile_extra=profile.frontmatter,
+                environ=self.environ,
+            )
+            hook_secret = secrets.token_urlsafe(24)
+            launch_file = env_file(self.settings.tmp_dir, terminal_id)
+            term = Terminal(
+                id=terminal_id,
+                session_name=session,
+                window_name=window_name,
+                provider=provider_name,
+                agent_profile=profile.name,
+                working_directory=workdir,
+                caller_id=req.caller_id,
+                model=ctx.model,
+                allowed_tools=ctx.allowed_tools,
+            )
+            self.starting.add(terminal_id)
+            created = False
+            try:
+                launch = provider.build_launch(ctx)
+                write_env_file(
+                    launch_file,
+                    self.environ,
+                    {**(req.env or {}), **launch.env, "CAO_TERMINAL_ID": terminal_id, HOOK_SECRET_ENV: hook_secret},
+                )
+                await self.store.run(self.store.add_terminal, term, None, hook_secret)
+                self.monitor.watch(terminal_id, provider)
+                try:
+                    ref = await self.backend.create_window(
+                        terminal_id, session, window_name, workdir, pane_command(launch_file, launch), req.new_session
+                    )
+                except BaseException:
+                    self.monitor.forget(terminal_id)
+                    await self.store.run(self.store.delete_terminal, terminal_id)
+                    raise
+                await self.store.run(self.store.set_window_id, terminal_id, ref.window_id)
+                created = True
+            finally:
+                if not created:  # nothing of a failed start stays behind: not its secrets either
+                    self.launch_done(terminal_id)
+                    shutil.rmtree(self.settings.tmp_dir / terminal_id, ignore_errors=True)
+        return term
+
+    def launch_done(self, terminal_id: str) -> None:
+        """The pane has read its launch file (or never will): make sure it is gone."""
+        self.starting.discard(terminal_id)
+        env_file(self.settings.tmp_dir, terminal_id).unlink(missing_ok=True)
