@@ -31,7 +31,6 @@ import sys
 import termios
 import time
 import tty
-from dataclasses import dataclass
 from types import FrameType
 
 from .screen import (
@@ -46,6 +45,8 @@ from .screen import (
     render_reply,
     visible,
 )
+from .terminal_input import env_argv, env_int, env_ms, escape_length
+from .turns import Turn, plan_turn
 
 PASTE_START = "\x1b[200~"
 PASTE_END = "\x1b[201~"
@@ -55,10 +56,7 @@ REPLY_ECHO_LIMIT = 2000  # longer messages get a digest instead of an echo
 ESC_TIMEOUT = 0.05  # a lone ESC with nothing after it for this long is the Esc key
 STALE_ESCAPE = 0.5  # an unfinished escape sequence older than this is junk
 SPIN_INTERVAL = 0.1
-MAX_LONG_LINES = 1_000_000
 
-_SLEEP_RE = re.compile(r"__mock_sleep_(\d+(?:\.\d+)?)")
-_LONG_RE = re.compile(r"__mock_long_(\d+)")
 # Runs of characters that can go into the composer as typed (no C0/DEL/C1).
 _PLAIN_RE = re.compile(r"[^\x00-\x1f\x7f-\x9f]+")
 
@@ -74,51 +72,6 @@ def compute_reply(message: str) -> str:
         return "MOCK: " + message
     digest = hashlib.sha256(message.encode("utf-8", "surrogatepass")).hexdigest()[:16]
     return f"MOCK: received {len(message)} chars, {line_count(message)} lines, sha256 {digest}"
-
-
-@dataclass(frozen=True)
-class Turn:
-    message: str
-    seconds: float  # how long the working indicator stays up
-    kind: str  # "reply" | "error" | "ask"
-    text: str | None = None  # fixed reply of a magic input; None -> compute_reply
-
-
-def plan_turn(message: str, delay: float) -> Turn:
-    """Recognise magic inputs (whole message, stripped); everything else is a reply."""
-    cmd = message.strip()
-    if m := _SLEEP_RE.fullmatch(cmd):
-        return Turn(message, float(m[1]), "reply", f"MOCK: slept {m[1]}s")
-    if cmd == "__mock_error__":
-        return Turn(message, delay, "error")
-    if cmd == "__mock_ask__":
-        return Turn(message, delay, "ask")
-    if m := _LONG_RE.fullmatch(cmd):
-        n = min(int(m[1]), MAX_LONG_LINES)
-        return Turn(message, delay, "reply", "\n".join(f"MOCK: line {i} of {n}" for i in range(1, n + 1)))
-    return Turn(message, delay, "reply")
-
-
-def _env_ms(name: str, default: float) -> float:
-    try:
-        return max(float(os.environ.get(name, default)), 0.0) / 1000.0
-    except ValueError:
-        return default / 1000.0
-
-
-def _env_argv(name: str) -> list[str]:
-    try:
-        argv = json.loads(os.environ.get(name) or "[]")
-    except json.JSONDecodeError:
-        return []
-    return [str(a) for a in argv] if isinstance(argv, list) else []
-
-
-def _env_int(name: str) -> int:
-    try:
-        return max(int(os.environ.get(name, "0")), 0)
-    except ValueError:
-        return 0
 
 
 HOOK_TIMEOUT_S = 5.0
@@ -146,8 +99,8 @@ class MockAgent:
         self._drawn: tuple[str, str] | None = None
         self._spin = 0
         self._next_spin = 0.0
-        self.drop_enters = _env_int("CAO_MOCK_DROP_ENTERS")
-        self.hook_argv = _env_argv("CAO_MOCK_HOOK_COMMAND")
+        self.drop_enters = env_int("CAO_MOCK_DROP_ENTERS")
+        self.hook_argv = env_argv("CAO_MOCK_HOOK_COMMAND")
 
     # --- output -------------------------------------------------------------
     def out(self, text: str) -> None:
@@ -261,7 +214,7 @@ class MockAgent:
                 self._insert(m.group())
                 i = m.end()
             elif ch == "\x1b":
-                size = _escape_length(text, i)
+                size = escape_length(text, i)
                 if size == 0:
                     self._keep(text[i:])
                     return
@@ -421,29 +374,6 @@ class MockAgent:
         self.out(lead + "Interrupted.\r\n" + self._input_area(fresh=True))
 
 
-def _escape_length(text: str, i: int) -> int:
-    """Length of the escape sequence at text[i] ("\\x1b"), 0 when it is incomplete."""
-    n = len(text)
-    if i + 1 >= n:
-        return 0
-    kind = text[i + 1]
-    if kind == "\x1b":
-        return 1  # ESC ESC: the first one is a lone Esc key
-    if kind == "O":  # SS3: one more character
-        return 3 if i + 2 < n else 0
-    if kind != "[":
-        return 2  # Alt+key
-    j = i + 2
-    while j < n and j - i < 64:
-        c = text[j]
-        if "\x40" <= c <= "\x7e":
-            return j - i + 1
-        if not "\x20" <= c <= "\x3f":
-            return j - i  # malformed: drop what we have, re-read c as ordinary input
-        j += 1
-    return 0 if j >= n and j - i < 64 else j - i
-
-
 def _exit_on_signal(signum: int, frame: FrameType | None) -> None:
     raise SystemExit(0)
 
@@ -470,14 +400,14 @@ def main() -> int:
         signal.signal(sig, _exit_on_signal)
     record = os.environ.get("CAO_MOCK_RECORD") or None
     agent = MockAgent(
-        fd_in, fd_out, os.environ.get("CAO_MOCK_PROFILE") or "mock", _env_ms("CAO_MOCK_DELAY_MS", 50), record
+        fd_in, fd_out, os.environ.get("CAO_MOCK_PROFILE") or "mock", env_ms("CAO_MOCK_DELAY_MS", 50), record
     )
     _install_brain(agent)
     try:
         if saved is not None:
             tty.setraw(fd_in)  # also turns off ISIG: Ctrl-C arrives as a byte
         agent.out(BRACKETED_PASTE_ON)
-        time.sleep(_env_ms("CAO_MOCK_STARTUP_MS", 0))
+        time.sleep(env_ms("CAO_MOCK_STARTUP_MS", 0))
         return agent.run()
     finally:
         try:
