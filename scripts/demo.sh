@@ -5,7 +5,10 @@
 #   bash scripts/demo.sh            # run it, print progress and the tmux command to watch it
 #   bash scripts/demo.sh --watch    # the same, attached to the supervisor's tmux session
 #   bash scripts/demo.sh --keep     # leave the server and agents running afterwards
-# Environment: CAO_DEMO_DELAY_MS (agents' thinking time, default 400), CAO_API_PORT (9890).
+# Run from a terminal, it keeps the agents in tmux after the run until you press Enter, so the
+# printed `tmux attach` command still works; from a script it stops them at once (or --keep).
+# Environment: CAO_DEMO_DELAY_MS (agents' thinking time, default 400), CAO_API_PORT (9890),
+# CAO_DEMO_DIR (where the demo keeps its home and logs, default .demo).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh
@@ -19,7 +22,7 @@ for arg in "$@"; do
   esac
 done
 
-demo_dir=$PWD/.demo
+demo_dir=${CAO_DEMO_DIR:-$PWD/.demo}
 export CAO_HOME_DIR=$demo_dir/home
 export CAO_API_PORT=${CAO_API_PORT:-9890}
 export CAO_API_HOST=127.0.0.1
@@ -27,6 +30,7 @@ unset TMUX
 mkdir -p "$CAO_HOME_DIR"
 py=.venv/bin/python
 url="http://127.0.0.1:$CAO_API_PORT"
+socket=$("$py" -c "from cli_agent_orchestrator.settings import Settings; print(Settings.from_env().tmux_socket_name)")
 
 if "$py" -c "import httpx,sys; httpx.get('$url/health', timeout=1)" 2>/dev/null; then
   echo "Something already answers on $url; set CAO_API_PORT to a free port." >&2
@@ -38,7 +42,6 @@ server_pid=$!
 cleanup() {
   if [ "$keep" = 0 ]; then
     kill "$server_pid" 2>/dev/null && wait "$server_pid" 2>/dev/null || true
-    socket=$("$py" -c "from cli_agent_orchestrator.settings import Settings; print(Settings.from_env().tmux_socket_name)")
     tmux -L "$socket" kill-server 2>/dev/null || true
   else
     echo "cao-server (pid $server_pid) keeps running on $url with CAO_HOME_DIR=$CAO_HOME_DIR"
@@ -62,11 +65,18 @@ session="demo-$(date +%H%M%S)"
 if [ "$watch" = 1 ]; then
   "$py" examples/combining-patterns/run_demo.py --session "$session" >"$demo_dir/demo.log" 2>&1 &
   demo_pid=$!
-  socket=$("$py" -c "from cli_agent_orchestrator.settings import Settings; print(Settings.from_env().tmux_socket_name)")
   for _ in $(seq 100); do tmux -L "$socket" has-session -t "cao-$session" 2>/dev/null && break; sleep 0.1; done
   tmux -L "$socket" attach-session -t "cao-$session" || true
   wait "$demo_pid" && status=0 || status=$?
   cat "$demo_dir/demo.log"
   exit "$status"
 fi
-"$py" examples/combining-patterns/run_demo.py --session "$session"
+"$py" examples/combining-patterns/run_demo.py --session "$session" && status=0 || status=$?
+if [ "$keep" = 0 ] && [ -t 0 ] && [ -t 1 ]; then
+  echo
+  echo "The agents stay in tmux until you press Enter: tmux -L $socket attach -t cao-$session"
+  read -r _ || true
+elif [ "$keep" = 0 ]; then
+  echo "The demo's tmux server ends with the demo; pass --keep to look at it afterwards."
+fi
+exit "$status"

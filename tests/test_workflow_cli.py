@@ -253,8 +253,8 @@ def test_run_detach_then_wait_then_result(server):
     assert json.loads(ok(server, "result", run_id, "--json"))["output"] == {"out": "MOCK: review part 1"}
 
 
-def test_run_default_without_a_terminal_prints_one_json_line(server):
-    out = ok(server, "run", "ok")
+def test_run_json_without_wait_prints_one_json_line(server):
+    out = ok(server, "run", "ok", "--json")
     assert len(out.splitlines()) == 1
     started = json.loads(out)
     assert set(started) == {"run_id", "state"} and started["state"] == "running"
@@ -285,10 +285,10 @@ def test_failing_script_shows_failure_envelope(server):
     assert data["state"] == "failed" and data["kind"] == "error"
     assert any("exited with code 3" in w for w in data["warnings"])
     run_id = data["run_id"]
-    shown = ok(server, "result", run_id)  # result itself exits 0
+    shown = fails(server, "result", run_id).stdout  # a failed run's result exits 1
     assert "Failure:" in shown and "error kind:   error" in shown
-    assert f"next command: cao workflow result {run_id}" in shown
-    assert json.loads(ok(server, "result", run_id, "--json"))["failure_envelope"]["error_kind"] == "error"
+    assert f"next command: cao workflow resume {run_id}" in shown
+    assert json.loads(fails(server, "result", run_id, "--json").stdout)["failure_envelope"]["error_kind"] == "error"
     assert fails(server, "wait", run_id).stdout.strip() == f"{run_id} failed (error)"
 
 

@@ -1,8 +1,9 @@
 """Agent profiles: Markdown files with YAML frontmatter; the body is the system prompt.
 
 Lookup order for a name: the user's agent store (`<cao home>/agent-store/NAME.md`),
-then the built-ins shipped in `agent_store/`. Dropping a file in the user's store
-is enough to add or override a profile.
+then each of `extra_profile_dirs` in `<cao home>/settings.json`, then the built-ins
+shipped in `agent_store/`. Dropping a file in the user's store is enough to add or
+override a profile.
 """
 
 from __future__ import annotations
@@ -15,11 +16,13 @@ from pathlib import Path
 
 import yaml
 
+from .env_file import read_env_values
 from .errors import InvalidInput, NotFound
 from .models import SAFE_NAME_RE
+from .user_settings import extra_profile_dirs
 
 _FRONTMATTER = re.compile(r"\A---\s*\n(.*?)\n---\s*(?:\n|\Z)(.*)\Z", re.S)
-_VAR = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)\}")
+VARIABLE_RE = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)\}")
 
 
 @dataclass(frozen=True)
@@ -39,20 +42,17 @@ def builtin_dir() -> Path:
     return Path(str(resources.files("cli_agent_orchestrator") / "agent_store"))
 
 
-def _read_env_file(home: Path) -> dict[str, str]:
-    values: dict[str, str] = {}
-    path = home / ".env"
-    if path.is_file():
-        for line in path.read_text(encoding="utf-8", errors="replace").splitlines():
-            if "=" in line and not line.lstrip().startswith("#"):
-                key, value = line.split("=", 1)
-                values[key.strip()] = value.strip().strip('"').strip("'")
-    return values
+def _yaml_reason(exc: yaml.YAMLError) -> str:
+    """One line: YAML's own messages span several, with a caret drawing."""
+    mark = getattr(exc, "problem_mark", None)
+    reason = getattr(exc, "problem", None) or str(exc).splitlines()[0]
+    # +2: lines count from 0, and the frontmatter starts after the opening `---` line.
+    return f"{reason} (line {mark.line + 2}, column {mark.column + 1})" if mark else reason
 
 
 def parse_profile(text: str, fallback_name: str, source: str, env: dict[str, str] | None = None) -> AgentProfile:
     if env:
-        text = _VAR.sub(lambda m: env.get(m.group(1), m.group(0)), text)
+        text = VARIABLE_RE.sub(lambda m: env.get(m.group(1), m.group(0)), text)
     match = _FRONTMATTER.match(text)
     meta: dict = {}
     body = text
@@ -60,7 +60,7 @@ def parse_profile(text: str, fallback_name: str, source: str, env: dict[str, str
         try:
             meta = yaml.safe_load(match.group(1)) or {}
         except yaml.YAMLError as exc:
-            raise InvalidInput(f"profile {fallback_name!r}: invalid YAML frontmatter: {exc}") from None
+            raise InvalidInput(f"profile {fallback_name!r}: invalid YAML frontmatter: {_yaml_reason(exc)}") from None
         if not isinstance(meta, dict):
             raise InvalidInput(f"profile {fallback_name!r}: frontmatter must be a mapping")
         body = match.group(2)
@@ -83,8 +83,17 @@ def parse_profile(text: str, fallback_name: str, source: str, env: dict[str, str
     )
 
 
+def profile_dirs(home: Path) -> list[tuple[Path, str]]:
+    """Where profiles are looked up, first match wins, with the source each one is listed as."""
+    return [
+        (home / "agent-store", "local"),
+        *((path, "custom") for path in extra_profile_dirs(home)),
+        (builtin_dir(), "built-in"),
+    ]
+
+
 def profile_paths(home: Path, name: str) -> list[tuple[Path, str]]:
-    return [(home / "agent-store" / f"{name}.md", "local"), (builtin_dir() / f"{name}.md", "built-in")]
+    return [(directory / f"{name}.md", source) for directory, source in profile_dirs(home)]
 
 
 def load_profile(home: Path, name: str, environ: Mapping[str, str] | None = None) -> AgentProfile:
@@ -95,19 +104,6 @@ def load_profile(home: Path, name: str, environ: Mapping[str, str] | None = None
     for path, source in profile_paths(home, name):
         if path.is_file():
             text = path.read_text(encoding="utf-8", errors="replace")
-            return parse_profile(text, name, source, {**(environ or {}), **_read_env_file(home)})
-    raise NotFound(f"agent profile {name!r} not found (looked in {home / 'agent-store'} and the built-ins)")
-
-
-def list_profiles(home: Path) -> list[AgentProfile]:
-    names: dict[str, AgentProfile] = {}
-    for directory, source in ((builtin_dir(), "built-in"), (home / "agent-store", "local")):
-        if directory.is_dir():
-            for path in sorted(directory.glob("*.md")):
-                try:
-                    names[path.stem] = parse_profile(
-                        path.read_text(encoding="utf-8", errors="replace"), path.stem, source
-                    )
-                except InvalidInput:
-                    continue
-    return [names[k] for k in sorted(names)]
+            return parse_profile(text, name, source, {**(environ or {}), **read_env_values(home)})
+    looked = ", ".join(str(directory) for directory, source in profile_dirs(home) if source != "built-in")
+    raise NotFound(f"agent profile {name!r} not found (looked in {looked} and the built-ins)")

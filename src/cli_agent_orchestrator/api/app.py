@@ -15,6 +15,7 @@ from .auth import OwnerOrToken
 from .errors import EVERY_ROUTE, install_error_handlers
 from .events_stream import router as events_router
 from .limits import BodySizeLimit
+from .profile_routes import router as profile_router
 from .routes import router
 from .security import RequestGate, cors_origins
 from .workflow_routes import router as workflow_router
@@ -74,6 +75,7 @@ def create_app(settings: Settings | None = None, runtime: Runtime | None = None)
     app.include_router(router)
     app.include_router(workflow_router)
     app.include_router(events_router)
+    app.include_router(profile_router)
     app.add_middleware(BodySizeLimit, max_bytes=settings.max_body_bytes)
     app.add_middleware(
         CORSMiddleware,

@@ -1,8 +1,8 @@
 """`cao`: the command-line client of cao-server.
 
 The CLI talks to the server over HTTP only; it reads settings and profiles
-locally for file work (`cao init`, `cao install`) but never touches the store,
-the services or tmux state directly.
+locally for file work (`cao init`, `cao install`, `cao profile validate`, `cao env`)
+but never touches the store, the services or tmux state directly.
 """
 
 from __future__ import annotations
@@ -11,8 +11,11 @@ import click
 
 from .. import __version__
 from .commands.admin import init, install, mcp_server, shutdown
+from .commands.attach import attach
+from .commands.env import env
 from .commands.info import info
 from .commands.launch import launch
+from .commands.profile import profile
 from .commands.sessions import session
 from .commands.terminals import terminal
 from .commands.workflow import workflow
@@ -24,7 +27,7 @@ def cli() -> None:
     """Run coding-agent CLIs in tmux and orchestrate them (client of cao-server)."""
 
 
-for command in (launch, info, session, terminal, workflow, shutdown, init, install, mcp_server):
+for command in (launch, attach, info, session, terminal, workflow, shutdown, init, install, mcp_server, profile, env):
     cli.add_command(command)
 
 

@@ -12,20 +12,25 @@ from ...errors import CaoError
 from ...models import SAFE_NAME_RE
 from ...profiles import builtin_dir, parse_profile
 from ...settings import Settings
-from .common import client, session_path
+from .common import client, json_option, print_json, session_path
 
 
 @click.command()
 @click.option("--session", "session_name", default=None, help="Delete this session.")
 @click.option("--all", "all_sessions", is_flag=True, help="Delete every cao session.")
-def shutdown(session_name: str | None, all_sessions: bool) -> None:
-    """Delete one session (--session) or all of them (--all)."""
+@json_option
+def shutdown(session_name: str | None, all_sessions: bool, as_json: bool) -> None:
+    """Delete one session (--session) or all of them (--all).
+
+    --json prints one object per session: the server's answer, or an `error`.
+    """
     if bool(session_name) == all_sessions:
         raise click.UsageError("pass exactly one of --session NAME or --all")
     failed = False
+    answers: list[dict] = []
     with client() as api:
         names = [session_name] if session_name else [s["name"] for s in api.get("/sessions")]
-        if not names:
+        if not names and not as_json:
             click.echo("No sessions.")
         for name in names:
             try:
@@ -34,12 +39,19 @@ def shutdown(session_name: str | None, all_sessions: bool) -> None:
                 if session_name:
                     raise
                 # Keep going: one stuck session must not keep the others alive.
-                click.echo(f"Error: session {name}: {exc.message}", err=True)
+                answers.append({"session": name, "error": exc.message})
+                if not as_json:
+                    click.echo(f"Error: session {name}: {exc.message}", err=True)
                 failed = True
+                continue
+            answers.append({"session": name, **result})
+            if as_json:
                 continue
             for problem in result.get("errors") or []:
                 click.echo(f"Warning: {problem}", err=True)
             click.echo(f"Deleted session {', '.join(result.get('deleted') or [name])}.")
+    if as_json:
+        print_json(answers)
     if failed:
         raise click.exceptions.Exit(1)
 

@@ -1,4 +1,4 @@
-"""Helpers shared by the subcommands: the client, ids in URLs, output, tmux attach."""
+"""Helpers shared by the subcommands: the client, ids in URLs, output, exec into tmux."""
 
 from __future__ import annotations
 
@@ -81,7 +81,3 @@ def exec_attach(argv: list[str]) -> None:
         os.execvp(argv[0], argv)
     except OSError as exc:
         raise click.ClickException(f"could not run {shlex.join(argv)}: {exc}") from None
-
-
-def attach_argv(socket: str, session: str) -> list[str]:
-    return ["tmux", "-L", socket, "attach-session", "-t", session]

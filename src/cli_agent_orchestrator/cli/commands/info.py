@@ -11,6 +11,7 @@ import click
 
 from ...settings import Settings
 from ..client import ServerUnavailable
+from .attach import attach_text
 from .common import client, json_option, print_fields, print_json, terminal_path
 
 
@@ -47,11 +48,20 @@ def _collect() -> dict[str, Any]:
     return info
 
 
+def _attach_command(info: dict[str, Any]) -> str:
+    term = info["terminal"]
+    if term:
+        return attach_text(info["tmux_socket"], term["session_name"], term["name"])
+    # SESSION is a placeholder: `cao session list` names them.
+    return attach_text(info["tmux_socket"], "SESSION").replace("=SESSION", "SESSION")
+
+
 @click.command()
 @json_option
 def info(as_json: bool) -> None:
-    """Show the server URL and health, the cao home, and the current agent terminal."""
+    """Show the server URL and health, the cao home, the current agent terminal and how to attach."""
     data = _collect()
+    data["attach"] = _attach_command(data)
     if as_json:
         print_json(data)
         return
@@ -79,4 +89,6 @@ def info(as_json: bool) -> None:
         pairs.append(("Terminal", f"{data['terminal_id']} ({data['server_error']})"))
     else:
         pairs.append(("Terminal", "(not inside an agent pane)"))
+    attach_hint = "" if term else "  (or: cao attach SESSION|TERMINAL)"
+    pairs.append(("Attach", data["attach"] + attach_hint))
     print_fields(pairs)

@@ -13,7 +13,8 @@ from ...errors import CaoError
 from ...profiles import load_profile
 from ...settings import Settings
 from ..client import LAUNCH_TIMEOUT, ApiError, CaoClient
-from .common import attach_argv, client, exec_attach, print_fields, print_json, terminal_path
+from .attach import attach_argv, attach_text
+from .common import client, exec_attach, print_fields, print_json, terminal_path
 
 # Statuses that end a turn: the agent answered, failed, or asks the user something.
 FINAL_STATUSES = ("completed", "error", "waiting_user_answer")
@@ -127,6 +128,12 @@ def launch(
 ) -> None:
     """Start agent PROFILE in a new session and attach to it (or run MESSAGE headless)."""
     workdir = working_directory or os.path.abspath(os.getcwd())
+    if not headless and not sys.stdin.isatty():
+        # Checked before anything is created: a session nobody can attach to would be left behind.
+        raise click.ClickException(
+            "cannot attach: stdin is not a terminal. Pass --headless to launch without attaching "
+            "(then `cao attach SESSION` from a terminal)."
+        )
     if not yolo:
         _confirm(agents, provider, workdir, session_name)
     params = {
@@ -139,18 +146,21 @@ def launch(
     }
     with client() as api:
         term = api.post("/sessions", params=params, timeout=max(LAUNCH_TIMEOUT, api.timeout))
+        socket = api.get("/health")["tmux_socket"]
+        ids = [("Session", term["session_name"]), ("Terminal", term["id"])]
+        if headless:
+            ids.append(("Attach", attach_text(socket, term["session_name"])))
         if headless and message:
             if not as_json:
-                print_fields([("Session", term["session_name"]), ("Terminal", term["id"])])
+                print_fields(ids)
             _run_message(api, term, message, timeout, as_json)
             return
         if as_json:
             print_json(term)
         else:
-            print_fields([("Session", term["session_name"]), ("Terminal", term["id"])])
+            print_fields(ids)
         if headless:
             return
         if message:
             api.post(terminal_path(term["id"], "/input"), json={"message": message})
-        socket = api.get("/health")["tmux_socket"]
     exec_attach(attach_argv(socket, term["session_name"]))

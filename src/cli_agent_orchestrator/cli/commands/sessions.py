@@ -63,10 +63,14 @@ session.add_command(get_session, name="status")
 
 @session.command("delete")
 @click.argument("name")
-def delete_session(name: str) -> None:
+@json_option
+def delete_session(name: str, as_json: bool) -> None:
     """Delete session NAME and all its terminals."""
     with client() as api:
         result = api.delete(session_path(name))
+    if as_json:
+        print_json(result)
+        return
     for problem in result.get("errors") or []:
         click.echo(f"Warning: {problem}", err=True)
     click.echo(f"Deleted session {', '.join(result.get('deleted') or [name])}.")

@@ -65,17 +65,22 @@ def status(terminal_id: str, as_json: bool) -> None:
     show_default=True,
     help="full: the whole scrollback; last: the agent's last reply.",
 )
-def output(terminal_id: str, mode: str) -> None:
+@json_option
+def output(terminal_id: str, mode: str, as_json: bool) -> None:
     """Print the output of terminal ID."""
     with client() as api:
         data = api.get(terminal_path(terminal_id, "/output"), params={"mode": mode})
+    if as_json:
+        print_json(data)
+        return
     click.echo(data["output"].rstrip())  # the pane's unused rows are blank lines
 
 
 @terminal.command("send")
 @click.argument("terminal_id", metavar="ID")
 @click.argument("message")
-def send(terminal_id: str, message: str) -> None:
+@json_option
+def send(terminal_id: str, message: str, as_json: bool) -> None:
     """Type MESSAGE into terminal ID and submit it (MESSAGE - reads stdin)."""
     if message == "-":
         # A pipe's final newline is not part of the message; Enter is sent anyway.
@@ -84,25 +89,36 @@ def send(terminal_id: str, message: str) -> None:
         raise click.ClickException("message is empty")
     with client() as api:
         result = api.post(terminal_path(terminal_id, "/input"), json={"message": message})
+    if as_json:
+        print_json(result)
+        return
     click.echo(f"Sent to {terminal_id} (turn {result.get('turn', '?')}).")
 
 
 @terminal.command("key")
 @click.argument("terminal_id", metavar="ID")
 @click.argument("key")
-def key(terminal_id: str, key: str) -> None:
+@json_option
+def key(terminal_id: str, key: str, as_json: bool) -> None:
     """Press KEY in terminal ID (Enter, Escape, Tab, Up, C-c, ...)."""
     with client() as api:
-        api.post(terminal_path(terminal_id, "/key"), json={"key": key})
+        result = api.post(terminal_path(terminal_id, "/key"), json={"key": key})
+    if as_json:
+        print_json(result)
+        return
     click.echo(f"Sent {key} to {terminal_id}.")
 
 
 @terminal.command("delete")
 @click.argument("terminal_id", metavar="ID")
-def delete(terminal_id: str) -> None:
+@json_option
+def delete(terminal_id: str, as_json: bool) -> None:
     """Delete terminal ID (its scrollback is kept for `cao terminal restore`)."""
     with client() as api:
-        api.delete(terminal_path(terminal_id))
+        result = api.delete(terminal_path(terminal_id))
+    if as_json:
+        print_json(result)
+        return
     click.echo(f"Deleted terminal {terminal_id}.")
 
 

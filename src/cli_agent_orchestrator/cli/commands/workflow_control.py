@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import json
 import secrets
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -99,7 +98,8 @@ def run(
 ) -> None:
     """Run workflow NAME_OR_PATH and follow its events until it ends.
 
-    Exit 0 iff the run completed (or when only started: --detach, --json, not a terminal).
+    Also when stdout is not a terminal, it follows until the run ends. Exit 0 iff the run
+    completed (or when only started: --detach, --json).
     Ctrl-C stops following; the run goes on.
     """
     if detach and block:
@@ -127,7 +127,7 @@ def run(
             else:
                 click.echo(f"{run_id} {started['state']}")
             return
-        if as_json or not sys.stdout.isatty():
+        if as_json:
             click.echo(json.dumps({"run_id": run_id, "state": started["state"]}))
             return
         click.echo(f"Started {run_id}; following its events (Ctrl-C detaches).")

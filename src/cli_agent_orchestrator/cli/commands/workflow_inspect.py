@@ -94,13 +94,17 @@ def wait(run_id: str, timeout: float | None, as_json: bool) -> None:
 @click.argument("run_id")
 @json_option
 def result(run_id: str, as_json: bool) -> None:
-    """Show the result of run RUN_ID (and why it failed)."""
+    """Show the result of run RUN_ID (and why it failed).
+
+    Exit 1 when the run failed or was cancelled, else 0.
+    """
     with wf_client() as api:
         data = api.get(run_path(run_id, "/result"))
     if as_json:
         print_json(data)
     else:
         print_result(data)
+    click.get_current_context().exit(1 if data.get("state") in ("failed", "cancelled") else 0)
 
 
 @click.command("events")

@@ -174,7 +174,8 @@ def print_status(run: dict) -> None:
 
 
 def print_result(result: dict, *, short: bool = False) -> None:
-    """A run result; `short` (the end of a followed run) leaves out the steps table."""
+    """A run result; `short` (the end of a followed run) leaves out the steps table. A failed
+    run's cause comes right after the header; the script's stderr (a traceback) comes last."""
     print_fields(
         [
             ("Run", result["run_id"]),
@@ -185,6 +186,20 @@ def print_result(result: dict, *, short: bool = False) -> None:
             ("Finished", result.get("finished_at")),
         ]
     )
+    envelope = result.get("failure_envelope")
+    if envelope:
+        click.echo("Failure:")
+        width = 14
+        for label, value in [
+            ("cause", failure_cause(result)),
+            ("failing step", envelope.get("failing_step")),
+            ("attempt", envelope.get("attempt")),
+            ("error kind", envelope.get("error_kind")),
+            ("halt", halt_text(envelope.get("halt"))),
+            ("terminal", envelope.get("terminal_reference")),
+            ("next command", next_command(result)),
+        ]:
+            click.echo(f"  {(label + ':').ljust(width)}{'-' if value in (None, '') else value}")
     if not short:
         print_steps(result.get("steps") or [])
         click.echo()
@@ -192,22 +207,34 @@ def print_result(result: dict, *, short: bool = False) -> None:
         click.echo("Output:")
         click.echo(json.dumps(result["output"], indent=2, ensure_ascii=False))
     print_list("Warnings", result.get("warnings") or [])
-    envelope = result.get("failure_envelope")
-    if envelope:
-        click.echo("Failure:")
-        width = 14
-        for label, value in [
-            ("failing step", envelope.get("failing_step")),
-            ("attempt", envelope.get("attempt")),
-            ("error kind", envelope.get("error_kind")),
-            ("halt", halt_text(envelope.get("halt"))),
-            ("terminal", envelope.get("terminal_reference")),
-            ("next command", envelope.get("next_command")),
-        ]:
-            click.echo(f"  {(label + ':').ljust(width)}{'-' if value in (None, '') else value}")
-    hint = resume_hint(result)
+    hint = None if envelope else resume_hint(result)
     if hint:
         click.echo(hint)
+
+
+def failure_cause(result: dict) -> str | None:
+    """One line on why a run failed: the halt, the failing step's error, else the script's
+    exit and the last line of its stderr (a traceback's exception line)."""
+    envelope = result.get("failure_envelope") or {}
+    if envelope.get("halt"):
+        return halt_text(envelope["halt"])
+    failing = next((s for s in result.get("steps") or [] if s.get("id") == envelope.get("failing_step")), None)
+    if failing and failing.get("error"):
+        return f"step {failing['id']}: {failing['error']}"
+    warnings = result.get("warnings") or []
+    exits = [w for w in warnings if not w.startswith("stderr: ")]
+    stderr = [w for w in warnings if w.startswith("stderr: ")]
+    last_line = next((line.strip() for line in reversed(stderr[-1].splitlines()) if line.strip()), "") if stderr else ""
+    parts = [last_line.removeprefix("stderr: ")] if last_line else []
+    return " — ".join(parts + exits[:1]) or None
+
+
+def next_command(result: dict) -> str:
+    """What to type after reading a failure: decide the halted steps, else resume the run once the
+    cause is fixed (finished steps replay). The server's envelope names `cao workflow result`, where
+    this is read, so the CLI does not repeat it."""
+    steps = sorted({h["step_id"] for h in result.get("halts") or [] if h.get("rule") != "diverged"})
+    return f"cao workflow resume {result['run_id']}" + "".join(f" --decide {s}=rerun|skip" for s in steps)
 
 
 def resume_hint(result: dict) -> str | None:

@@ -10,7 +10,7 @@ from urllib.parse import quote
 import click
 
 from .common import json_option, print_json, print_table
-from .workflow_output import finding_text, print_spec, wf_client
+from .workflow_output import WorkflowClient, finding_text, print_spec, wf_client
 
 SPEC_SUFFIXES = {".py": "script", ".yaml": "yaml", ".yml": "yaml"}
 ROUTE_NAMES = ("runs", "validate")
@@ -26,21 +26,21 @@ def spec_path(name: str) -> str:
 
 
 @click.command("validate")
-@click.argument("file", type=click.Path(dir_okay=False, path_type=Path))
+@click.argument("name_or_file", metavar="NAME_OR_FILE")
 @json_option
-def validate(file: Path, as_json: bool) -> None:
-    """Check a workflow FILE without running it.
+def validate(name_or_file: str, as_json: bool) -> None:
+    """Check a workflow without running it: NAME_OR_FILE is what `cao workflow run` takes.
 
-    FILE is a .py script or a .yaml/.yml spec, anywhere on disk. Exit 0 when it is valid.
+    A file on disk (a .py script or a .yaml/.yml spec), or the name (or file name) of a
+    workflow in the server's workflow directory. Exit 0 when it is valid.
     """
-    tier = SPEC_SUFFIXES.get(file.suffix.lower())
-    if tier is None:
-        raise click.ClickException(f"{file.name}: a workflow is a .py script or a .yaml/.yml spec")
-    try:
-        source = file.read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as exc:
-        raise click.ClickException(f"cannot read {file}: {exc}") from None
+    file = Path(name_or_file).expanduser()
     with wf_client() as api:
+        if file.is_file() or "/" in name_or_file:
+            tier, source = _read_spec_file(file)
+        else:
+            spec = api.get(spec_path(_spec_name(api, name_or_file)))
+            tier, source = spec["tier"], spec["source"]
         result = api.post("/workflows/validate", json={"source": source, "tier": tier})
     passed = result.get("status") in ("pass", "pass_reserved")
     if as_json:
@@ -55,6 +55,26 @@ def validate(file: Path, as_json: bool) -> None:
             if finding.get("severity") == "warning":
                 click.echo(f"  warning: {finding_text(finding)}")
     click.get_current_context().exit(0 if passed else 1)
+
+
+def _read_spec_file(file: Path) -> tuple[str, str]:
+    tier = SPEC_SUFFIXES.get(file.suffix.lower())
+    if tier is None:
+        raise click.ClickException(f"{file.name}: a workflow is a .py script or a .yaml/.yml spec")
+    try:
+        return tier, file.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        raise click.ClickException(f"cannot read {file}: {exc}") from None
+
+
+def _spec_name(api: WorkflowClient, name: str) -> str:
+    """The workflow's name; a file name (`loop.py`) names the spec of that file, as in `run`."""
+    if Path(name).suffix.lower() not in SPEC_SUFFIXES:
+        return name
+    matches = [s["name"] for s in api.get("/workflows") if Path(s["source_path"]).name == name]
+    if len(matches) != 1:
+        raise click.ClickException(f"cannot read {name}: no such file, and no workflow with that file name")
+    return matches[0]
 
 
 @click.command("list")

@@ -1,0 +1,40 @@
+"""`<home>/settings.json`: settings a user edits by hand, read at each use (no restart).
+
+Today it holds one key, `extra_profile_dirs`: directories searched for agent profiles after
+the agent store and before the built-ins. A broken file is an error that names the file,
+never a silent fallback to defaults.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from .errors import InvalidInput
+
+SETTINGS_FILE_NAME = "settings.json"
+
+
+def settings_path(home: Path) -> Path:
+    return home / SETTINGS_FILE_NAME
+
+
+def _read(home: Path) -> dict:
+    path = settings_path(home)
+    if not path.is_file():
+        return {}
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, ValueError) as exc:
+        raise InvalidInput(f"settings file {path}: cannot read it as JSON: {exc}") from None
+    if not isinstance(data, dict):
+        raise InvalidInput(f"settings file {path}: must be a JSON object")
+    return data
+
+
+def extra_profile_dirs(home: Path) -> list[Path]:
+    """`extra_profile_dirs` in order; `~` is expanded and a relative path is under the home."""
+    raw = _read(home).get("extra_profile_dirs", [])
+    if not isinstance(raw, list) or not all(isinstance(item, str) and item for item in raw):
+        raise InvalidInput(f"settings file {settings_path(home)}: extra_profile_dirs must be a list of paths")
+    return [home / Path(item).expanduser() for item in raw]
