@@ -57,12 +57,12 @@ def test_profile_variables_are_filled_from_cao_servers_environment(cao_factory, 
     server = _server_with_profile(
         cao_factory,
         CAO_TEST_MODEL="model-from-environment",
-        CAO_TEST_TOOL="tool_from_environment",
+        CAO_TEST_TOOL="@tool_from_environment",
         CAO_TEST_RECORD=str(record),
     ).start()
     assert not (server.home / ".env").exists()
     term = _expanded_agent(server, tmp_path, record)
-    assert (term["model"], term["allowed_tools"]) == ("model-from-environment", ["tool_from_environment"])
+    assert (term["model"], term["allowed_tools"]) == ("model-from-environment", ["@tool_from_environment"])
 
 
 def test_profile_variables_are_filled_from_the_homes_dotenv_file(cao_factory, tmp_path: Path):
@@ -72,11 +72,11 @@ def test_profile_variables_are_filled_from_the_homes_dotenv_file(cao_factory, tm
     record = tmp_path / "from-dotenv.jsonl"
     server = _server_with_profile(cao_factory, CAO_TEST_MODEL="model-from-environment")
     (server.home / ".env").write_text(
-        f'# cao\'s own variables\n\nCAO_TEST_TOOL=tool_from_dotenv\nCAO_TEST_RECORD="{record}"\n', encoding="utf-8"
+        f'# cao\'s own variables\n\nCAO_TEST_TOOL=@tool_from_dotenv\nCAO_TEST_RECORD="{record}"\n', encoding="utf-8"
     )
     server.start()
     term = _expanded_agent(server, tmp_path, record)
-    assert (term["model"], term["allowed_tools"]) == ("model-from-environment", ["tool_from_dotenv"])
+    assert (term["model"], term["allowed_tools"]) == ("model-from-environment", ["@tool_from_dotenv"])
 
 
 # --- CAO_DEFAULT_PROVIDER ---------------------------------------------------------------------

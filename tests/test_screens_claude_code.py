@@ -119,7 +119,7 @@ def test_launch_puts_everything_in_the_terminal_dir(tmp_path: Path) -> None:
     ctx = _ctx(
         tmp_path,
         model="claude-sonnet-4-6",
-        allowed_tools=["@other", "Bash(git *)"],
+        allowed_tools=["@other", "execute_bash"],
         profile_extra={"mcpServers": {"other": {"command": "x"}, "cao-mcp-server": {"command": "y"}}},
     )
     launch = claude_code.build_launch(ctx)
@@ -132,7 +132,9 @@ def test_launch_puts_everything_in_the_terminal_dir(tmp_path: Path) -> None:
     assert (tdir / "system_prompt.md").read_text() == "Be brief.\nAlways."
     assert "--strict-mcp-config" in argv and argv[argv.index("--model") + 1] == "claude-sonnet-4-6"
     assert "--dangerously-skip-permissions" not in argv and "skipDangerousModePermissionPrompt" not in settings
-    assert settings["permissions"]["allow"] == ["mcp__cao-mcp-server", "mcp__other", "Bash(git *)"]
+    allow, deny = settings["permissions"]["allow"], settings["permissions"]["deny"]
+    assert allow == ["mcp__cao-mcp-server", "mcp__other", "Bash", "BashOutput", "KillShell"]
+    assert {"Read", "Write", "Edit", "WebFetch"} <= set(deny) and "Bash" not in deny
     assert set(settings["hooks"]) == {"SessionStart", "UserPromptSubmit", "Stop", "StopFailure"}
     assert "cli_agent_orchestrator.hook Stop" in settings["hooks"]["Stop"][0]["hooks"][0]["command"]
     assert mcp["other"] == {"command": "x"}

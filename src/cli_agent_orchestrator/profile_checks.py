@@ -14,6 +14,7 @@ from .errors import InvalidInput
 from .models import SAFE_NAME_RE
 from .profile_catalog import referenced_variables
 from .profiles import parse_profile
+from .tool_policy import ROLE_DEFAULTS, check_tool
 
 _STRING_LISTS = ("capabilities", "tags")
 _STRINGS = ("description", "provider", "model", "role")
@@ -44,6 +45,13 @@ def check_profile_text(
     for key in _STRINGS:
         if key in meta and meta[key] is not None and not isinstance(meta[key], str):
             problems.append(Problem("error", f"{key} must be a string"))
+    for tool in profile.allowed_tools or []:
+        try:
+            check_tool(tool, "allowedTools")
+        except InvalidInput as exc:
+            problems.append(Problem("error", str(exc)))
+    if isinstance(profile.role, str) and profile.role not in ROLE_DEFAULTS:
+        problems.append(Problem("warning", f"role {profile.role!r} is not built in: it must be in settings.json roles"))
     for key in _STRING_LISTS:
         value = meta.get(key)
         if value is not None and not (isinstance(value, list) and all(isinstance(v, str) for v in value)):

@@ -31,6 +31,7 @@ class AgentProfile:
     description: str = ""
     provider: str | None = None
     model: str | None = None
+    role: str | None = None  # supervisor | developer | reviewer | a role from settings.json
     mcp_servers: dict = field(default_factory=dict)
     allowed_tools: list[str] | None = None
     system_prompt: str = ""
@@ -75,6 +76,7 @@ def parse_profile(text: str, fallback_name: str, source: str, env: dict[str, str
         description=str(meta.get("description") or ""),
         provider=meta.get("provider"),
         model=meta.get("model"),
+        role=meta.get("role"),  # checked where it is used (tool_policy.resolve_tools)
         mcp_servers=servers,
         allowed_tools=tools,
         system_prompt=body.strip(),

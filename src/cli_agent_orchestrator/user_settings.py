@@ -1,8 +1,8 @@
 """`<home>/settings.json`: settings a user edits by hand, read at each use (no restart).
 
-Today it holds one key, `extra_profile_dirs`: directories searched for agent profiles after
-the agent store and before the built-ins. A broken file is an error that names the file,
-never a silent fallback to defaults.
+Keys: `extra_profile_dirs` (directories searched for agent profiles after the agent store
+and before the built-ins) and `roles` (user-defined roles: `{name: [tool, …]}`). A broken
+file is an error that names the file, never a silent fallback to defaults.
 """
 
 from __future__ import annotations
@@ -38,3 +38,15 @@ def extra_profile_dirs(home: Path) -> list[Path]:
     if not isinstance(raw, list) or not all(isinstance(item, str) and item for item in raw):
         raise InvalidInput(f"settings file {settings_path(home)}: extra_profile_dirs must be a list of paths")
     return [home / Path(item).expanduser() for item in raw]
+
+
+def user_roles(home: Path) -> dict[str, list[str]]:
+    """`roles`: `{name: [tool, …]}`, user-defined roles (checked against the vocabulary by
+    `tool_policy`); a role named like a built-in one replaces it."""
+    raw = _read(home).get("roles", {})
+    if not isinstance(raw, dict) or not all(
+        isinstance(name, str) and name and isinstance(tools, list) and all(isinstance(t, str) for t in tools)
+        for name, tools in raw.items()
+    ):
+        raise InvalidInput(f"settings file {settings_path(home)}: roles must map a role name to a list of tools")
+    return raw

@@ -17,6 +17,7 @@ from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
+from .. import tool_policy
 from .base import LaunchContext, Screen
 from .common import MCP_SERVER_NAME, hook_argv, mcp_server
 
@@ -56,6 +57,22 @@ def merge(base: Mapping[str, Any], overlay: Mapping[str, Any]) -> dict[str, Any]
             out[key] = old + [item for item in value if item not in old]
         else:
             out[key] = value
+    return out
+
+
+def tool_limits(provider: str, ctx: LaunchContext) -> dict[str, Any]:
+    """Settings that make the CLI refuse what is outside the tool set (tool_policy's table):
+    `tools.exclude` for builtins, `mcp.excluded` for the profile's other MCP servers."""
+    tools = ctx.allowed_tools
+    if tools is None or ctx.yolo or tool_policy.UNRESTRICTED in tools:
+        return {}
+    out: dict[str, Any] = {}
+    if refused := tool_policy.refused_builtins(provider, tools):
+        out["tools"] = {"exclude": refused}
+    declared = ctx.profile_extra.get("mcpServers")
+    inside = tool_policy.servers(tools) | {MCP_SERVER_NAME}
+    if excluded := [str(n) for n in (declared if isinstance(declared, Mapping) else {}) if n not in inside]:
+        out["mcp"] = {"excluded": excluded}
     return out
 
 

@@ -49,7 +49,11 @@ class LaunchContext:
     working_directory: str
     home_dir: Path  # the cao home; providers may write per-terminal files under home/tmp
     model: str | None = None
+    # cao's tool vocabulary, resolved (tool_policy.resolve_tools); None: no policy at all.
     allowed_tools: list[str] | None = None
+    # The set came from allowedTools: its tools run without asking. False: a role's default
+    # set, whose tools keep the CLI's own prompts (what is outside is still refused).
+    tools_explicit: bool = True
     yolo: bool = False
     mcp_server_argv: list[str] = field(default_factory=list)  # how to start cao-mcp-server
     profile_extra: dict = field(default_factory=dict)  # provider-specific frontmatter

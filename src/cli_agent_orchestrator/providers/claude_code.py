@@ -25,6 +25,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from .. import tool_policy
 from ..models import TerminalStatus
 from .base import Launch, LaunchContext, Provider, Screen, StatusReading, stop_hook_message
 from .common import MCP_SERVER_NAME, hook_argv, mcp_server, terminal_dir
@@ -41,10 +42,20 @@ def _bypass(ctx: LaunchContext) -> bool:
     )
 
 
-def _tool_rule(name: str) -> str:
-    """cao/Q-style `@server` and `@server/tool` names → Claude's `mcp__server[__tool]`."""
-    server, _, tool = name[1:].partition("/")
-    return name if not name.startswith("@") else f"mcp__{server}__{tool}" if tool else f"mcp__{server}"
+def permissions(ctx: LaunchContext) -> dict[str, list[str]]:
+    """The tool set (tool_policy's table) as Claude's allow/deny rules: an explicit set runs
+    without asking; builtins and profile MCP servers outside the set are denied (deny wins)."""
+    # cao's own tools never ask: delegating is what a cao agent is for.
+    allow, deny = [f"mcp__{MCP_SERVER_NAME}"], []
+    tools = ctx.allowed_tools
+    if tools is not None and not _bypass(ctx):
+        if ctx.tools_explicit:
+            allow += [name for name in tool_policy.names("claude_code", tools) if name not in allow]
+        deny = tool_policy.refused_builtins("claude_code", tools)
+        declared = ctx.profile_extra.get("mcpServers")
+        inside = tool_policy.servers(tools) | {MCP_SERVER_NAME}
+        deny += [f"mcp__{name}" for name in declared or {} if isinstance(declared, Mapping) and name not in inside]
+    return {"allow": allow, "deny": deny} if deny else {"allow": allow}
 
 
 def settings(ctx: LaunchContext) -> dict[str, Any]:
@@ -52,11 +63,9 @@ def settings(ctx: LaunchContext) -> dict[str, Any]:
         event: [{"hooks": [{"type": "command", "command": shlex.join(hook_argv(event)), "timeout": 10}]}]
         for event in HOOK_EVENTS
     }
-    # cao's own tools never ask: delegating is what a cao agent is for.
-    allow = [f"mcp__{MCP_SERVER_NAME}"] + [_tool_rule(t) for t in ctx.allowed_tools or [] if t != "*"]
     out: dict[str, Any] = {
         "hooks": hooks,
-        "permissions": {"allow": allow},
+        "permissions": permissions(ctx),
         # Ghost text in the composer and tip rows would blur the screen reading.
         # (Not prefersReducedMotion: it draws the spinner with the reply's "●".)
         "promptSuggestionEnabled": False,

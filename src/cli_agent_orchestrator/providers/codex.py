@@ -24,6 +24,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from .. import tool_policy
 from ..models import TerminalStatus
 from .base import Launch, LaunchContext, Provider, Screen, StatusReading, stop_hook_message
 from .common import MCP_SERVER_NAME, hook_argv, mcp_server, terminal_dir
@@ -36,7 +37,6 @@ MODEL_PROVIDER = "cao_openai"  # defined per terminal when the server env names 
 HOOK_EVENTS = ("UserPromptSubmit", "Stop")
 MCP_TOOL_TIMEOUT_S = 3600  # a blocking handoff runs for as long as its worker; Codex's default is 60 s
 _MCP_KEYS = ("command", "args", "env", "cwd", "url")
-_WRITE_TOOLS = {"*", "@builtin", "execute_bash", "fs_write", "fs_*"}
 
 # --- TOML values for -c ------------------------------------------------------------
 
@@ -80,8 +80,13 @@ def _bypass(ctx: LaunchContext) -> bool:
 def _mcp_servers(ctx: LaunchContext) -> dict[str, dict]:
     servers: dict[str, dict] = {}
     declared = ctx.profile_extra.get("mcpServers")
+    # A profile server outside the tool set is not configured at all (nothing to refuse).
+    tools = ctx.allowed_tools
+    inside = None if tools is None or _bypass(ctx) else tool_policy.servers(tools)
     if isinstance(declared, Mapping):
         for name, spec in declared.items():
+            if inside is not None and name not in inside:
+                continue
             if name != MCP_SERVER_NAME and isinstance(spec, Mapping) and re.fullmatch(r"[\w-]+", str(name)):
                 servers[str(name)] = {k: spec[k] for k in _MCP_KEYS if k in spec}
     # cao's own server: its tools are cao's orchestration calls, so they never ask. Required:
@@ -117,10 +122,11 @@ def overrides(ctx: LaunchContext) -> list[tuple[str, Any]]:
             spec["env_key"] = "OPENAI_API_KEY"
         out += [("model_providers." + MODEL_PROVIDER, spec), ("model_provider", MODEL_PROVIDER)]
     if not _bypass(ctx):
-        tools = set(ctx.allowed_tools or ["@builtin"])
+        # Codex has no per-tool switch: the set picks the sandbox (tool_policy's codex column).
+        levels = tool_policy.names("codex", ctx.allowed_tools or ["@builtin"])
         out += [
             ("approval_policy", "on-request"),
-            ("sandbox_mode", "workspace-write" if tools & _WRITE_TOOLS else "read-only"),
+            ("sandbox_mode", "workspace-write" if "workspace-write" in levels else "read-only"),
         ]
     if ctx.system_prompt:
         out.append(("developer_instructions", ctx.system_prompt))

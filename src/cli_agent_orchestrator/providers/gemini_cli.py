@@ -24,6 +24,7 @@ import os
 import re
 from pathlib import Path
 
+from .. import tool_policy
 from ..models import TerminalStatus
 from ._node_settings import (
     box_question,
@@ -36,6 +37,7 @@ from ._node_settings import (
     mcp_servers,
     merge,
     read_jsonc,
+    tool_limits,
     trim,
     write_json,
     write_private,
@@ -47,16 +49,9 @@ DEFAULT_MODEL = "gemini-2.5-flash"  # the "auto" router wants a JSON verdict fir
 _HOOK_EVENTS = ("BeforeAgent", "AfterTool", "AfterAgent")
 # Entries of the real home that Gemini reads through its home directory as well.
 _HOME_ENTRIES = (".agents", ".env")
+
+
 # cao's profile vocabulary → Gemini tool names, for allowed tools given in the Claude/Kiro style.
-_TOOL_ALIASES = {
-    "execute_bash": ["run_shell_command"],
-    "bash": ["run_shell_command"],
-    "shell": ["run_shell_command"],
-    "fs_read": ["read_file", "list_directory", "glob", "grep_search"],
-    "fs_write": ["write_file", "replace"],
-}
-
-
 def _overlay(ctx: LaunchContext, user: dict) -> dict:
     overlay: dict = {
         # An update would rewrite the npm install shared by every terminal.
@@ -80,7 +75,7 @@ def _overlay(ctx: LaunchContext, user: dict) -> dict:
     auth = (user.get("security") or {}).get("auth", {}) if isinstance(user.get("security"), dict) else {}
     if not (isinstance(auth, dict) and auth.get("selectedType")) and ctx.environ.get("GEMINI_API_KEY"):
         overlay["security"]["auth"] = {"selectedType": "gemini-api-key"}  # else an auth picker at start
-    return overlay
+    return merge(overlay, tool_limits("gemini_cli", ctx))
 
 
 def _context_file_name(settings: dict) -> str:
@@ -106,7 +101,7 @@ def _policy_file(directory: Path, tools: list[str]) -> Path:
         if tool.startswith("@"):  # "@server": every tool of that MCP server
             rules.append(f'[[rule]]\nmcpName = {json.dumps(tool[1:])}\ndecision = "allow"\npriority = 100\n')
             continue
-        for name in _TOOL_ALIASES.get(tool.lower(), [tool]):
+        for name in tool_policy.names("gemini_cli", [tool]):  # the shared table
             rules.append(f'[[rule]]\ntoolName = {json.dumps(name)}\ndecision = "allow"\npriority = 100\n')
     path = directory / "cao-allowed-tools.toml"
     write_private(path, "\n".join(rules))
@@ -134,7 +129,7 @@ def build_launch(ctx: LaunchContext) -> Launch:
     tools = ctx.allowed_tools or []
     yolo = ctx.yolo or "*" in tools
     argv = ["gemini", "-m", ctx.model or DEFAULT_MODEL, "--approval-mode", "yolo" if yolo else "default"]
-    if tools and not yolo:
+    if tools and not yolo and ctx.tools_explicit:  # a role's default set keeps Gemini's prompts
         argv += ["--policy", str(_policy_file(own, tools))]
     # NO_RELAUNCH: one node process instead of a parent that re-spawns itself with more heap.
     # TRUST_WORKSPACE: no trust screen even where an admin setting turns folder trust back on.

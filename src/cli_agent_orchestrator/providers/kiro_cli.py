@@ -22,6 +22,7 @@ import shutil
 import textwrap
 from collections.abc import Sequence
 
+from .. import tool_policy
 from ..models import TerminalStatus
 from .base import Launch, LaunchContext, Provider, Screen, StatusReading
 
@@ -58,6 +59,14 @@ def _typed(row: str) -> str:
 
 def unrestricted(ctx: LaunchContext) -> bool:
     return ctx.yolo or "*" in (ctx.allowed_tools or [])
+
+
+def agent_tools(tools: list[str]) -> dict[str, list[str]]:
+    """The `tools` of a Kiro agent JSON for a tool set (tool_policy's table): Kiro offers only
+    these, and `--trust-all-tools` lets them run. For whoever writes `~/.kiro/agents/<name>.json`."""
+    if tool_policy.UNRESTRICTED in tools:
+        return {"tools": ["*"]}
+    return {"tools": tool_policy.names("kiro_cli", tools)}
 
 
 def build_launch(ctx: LaunchContext) -> Launch:

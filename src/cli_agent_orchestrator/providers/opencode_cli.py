@@ -27,6 +27,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from .. import tool_policy
 from ..models import TerminalStatus
 from .base import Launch, LaunchContext, Provider, Screen, StatusReading
 from .common import MCP_SERVER_NAME, mcp_server, terminal_dir
@@ -34,17 +35,6 @@ from .common import MCP_SERVER_NAME, mcp_server, terminal_dir
 # A blocking handoff lasts as long as its worker (up to 3600 s + cao's margin); opencode's
 # default MCP call timeout is about a minute.
 MCP_CALL_TIMEOUT_MS = 3_900_000
-# cao's tool vocabulary → opencode permission keys (opencode's own names pass through).
-_READ = ["read", "grep", "glob", "list"]
-_TOOL_KEYS = {
-    "execute_bash": ["bash"],
-    "fs_read": _READ,
-    "fs_list": ["list", "glob"],
-    "fs_write": ["edit"],
-    "fs_*": [*_READ, "edit"],
-    "web_fetch": ["webfetch", "websearch"],
-}
-_BUILTIN = sorted({k for keys in _TOOL_KEYS.values() for k in keys} | {"task", "skill", "lsp", "codesearch"})
 # Tools with side effects ask first unless the terminal runs in bypass mode.
 _ASKING = ("bash", "edit", "webfetch", "websearch", "external_directory", "doom_loop")
 
@@ -144,16 +134,11 @@ def _permissions(ctx: LaunchContext) -> dict[str, str]:
     """opencode applies the last matching rule, so the catch-all comes first."""
     rules: dict[str, str] = {}
     tools, bypass = ctx.allowed_tools, _bypass(ctx)
-    if tools is not None and "*" not in tools:
+    # A role's default set does not narrow a bypass (--yolo): only a set the profile or request
+    # names does.
+    if tools is not None and "*" not in tools and (ctx.tools_explicit or not bypass):
         rules["*"] = "deny"  # hard enforcement: a tool the profile does not list is not offered
-        for tool in tools:
-            if tool == "@builtin":
-                keys = _BUILTIN
-            elif tool.startswith("@"):
-                keys = [f"{tool[1:]}_*"]
-            else:
-                keys = _TOOL_KEYS.get(tool, [tool])
-            rules.update(dict.fromkeys(keys, "allow"))
+        rules.update(dict.fromkeys(tool_policy.names("opencode_cli", tools), "allow"))  # the shared table
         # opencode's own machinery: its to-do list, the stand-in for a malformed call, the
         # checks on paths outside the project and on a model repeating the same call.
         rules.update(dict.fromkeys(("todowrite", "todoread", "invalid", "external_directory", "doom_loop"), "allow"))

@@ -17,6 +17,7 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
+from .. import tool_policy
 from ..models import TerminalStatus
 from ._node_settings import (
     box_question,
@@ -28,6 +29,7 @@ from ._node_settings import (
     mcp_servers,
     merge,
     read_jsonc,
+    tool_limits,
     write_json,
 )
 from .base import Launch, LaunchContext, Provider, Screen, StatusReading
@@ -35,13 +37,6 @@ from .common import terminal_dir
 
 SETTINGS_VERSION = 4  # Qwen 0.15 rewrites a settings file without this `$version`
 _HOOK_EVENTS = ("UserPromptSubmit", "PostToolUse", "StopFailure", "Notification")
-_TOOL_ALIASES = {
-    "execute_bash": ["run_shell_command"],
-    "bash": ["run_shell_command"],
-    "shell": ["run_shell_command"],
-    "fs_read": ["read_file", "list_directory", "glob", "grep_search"],
-    "fs_write": ["write_file", "edit"],
-}
 
 
 def _system_path(ctx: LaunchContext) -> Path:
@@ -71,7 +66,7 @@ def _overlay(ctx: LaunchContext) -> dict:
     if not (isinstance(auth, dict) and auth.get("selectedType")) and ctx.environ.get("OPENAI_API_KEY"):
         # The system scope wins over the user's: only pick an auth type the user has not picked.
         overlay["security"]["auth"] = {"selectedType": "openai"}
-    return overlay
+    return merge(overlay, tool_limits("qwen_cli", ctx))
 
 
 def build_launch(ctx: LaunchContext) -> Launch:
@@ -85,8 +80,9 @@ def build_launch(ctx: LaunchContext) -> Launch:
         argv += ["--model", ctx.model]
     if ctx.system_prompt:
         argv += ["--append-system-prompt", ctx.system_prompt]
-    allowed = [name for tool in tools if tool != "*" for name in _TOOL_ALIASES.get(tool.lower(), [tool])]
-    if allowed and not yolo:
+    # The shared table's names; MCP servers are trusted in the settings instead.
+    allowed = tool_policy.names("qwen_cli", [t for t in tools if not tool_policy.servers([t])])
+    if allowed and not yolo and ctx.tools_explicit:  # a role's default set keeps Qwen's prompts
         argv += ["--allowed-tools", *allowed]
     env = {
         "QWEN_CODE_SYSTEM_SETTINGS_PATH": str(ours),

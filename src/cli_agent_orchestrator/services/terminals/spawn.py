@@ -21,6 +21,7 @@ from ...providers.base import LaunchContext
 from ...providers.registry import get_provider
 from ...settings import Settings
 from ...store import Store
+from ...tool_policy import ToolSet, resolve_tools
 from ..launch import env_file, mcp_server_argv, pane_command, write_env_file
 from ..status.monitor import StatusMonitor
 from .names import check_terminal_id, normalise_session_name
@@ -119,12 +120,19 @@ class Spawner:
             ) from None
         if req.model is not None and not MODEL_RE.match(req.model):
             raise InvalidInput(f"invalid model {req.model!r}: up to 128 of [A-Za-z0-9._:/-]")
+        self.tool_set(req, profile)  # an unknown role or tool → 400 before anything is allocated
         return profile, provider
+
+    def tool_set(self, req: CreateRequest, profile: AgentProfile) -> ToolSet:
+        """The request's tools, else the profile's allowedTools, else its role's defaults."""
+        tools = req.allowed_tools or profile.allowed_tools
+        return resolve_tools(self.settings.home_dir, profile.name, tools, profile.role, profile.mcp_servers)
 
     async def spawn(self, req: CreateRequest, profile: AgentProfile, provider_name: str, workdir: str) -> Terminal:
         """Launch the agent in a new tmux window; the terminal is watched from its first byte.
         Its launch file stays until `launch_done` (the caller waits for the agent first)."""
         provider = get_provider(provider_name)
+        tools = self.tool_set(req, profile)
         terminal_id = secrets.token_hex(4)
         window_name = (
             f"{profile.name if SAFE_NAME_RE.match(profile.name) else req.agent_profile}-{secrets.token_hex(2)}"
@@ -143,7 +151,8 @@ class Spawner:
                 working_directory=workdir,
                 home_dir=self.settings.home_dir,
                 model=req.model or profile.model,
-                allowed_tools=req.allowed_tools or profile.allowed_tools,
+                allowed_tools=tools.tools,
+                tools_explicit=tools.explicit,
                 yolo=req.yolo,
                 mcp_server_argv=mcp_server_argv(),
                 profile_extra=profile.frontmatter,

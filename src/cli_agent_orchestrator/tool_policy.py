@@ -1,0 +1,199 @@
+"""Roles and the tool vocabulary: which tools an agent may use, said once for every CLI.
+
+A profile names its tools in cao's vocabulary (`allowedTools`), or a `role` whose defaults
+apply, or neither (then it is a `developer`). `resolve_tools` turns that into one checked
+list; `TABLE` says, for each vocabulary entry, what it is in each CLI's own terms. Providers
+read their column of the table and never keep a mapping of their own.
+
+Semantics of a resolved set:
+- a tool outside the set is refused by the CLI itself where the CLI can enforce it
+  (`ENFORCEMENT` says where it cannot), never silently allowed;
+- a tool inside an *explicit* set (`allowedTools`) runs without asking; a tool inside a
+  role's default set keeps the CLI's own permission prompts (the role only narrows);
+- `*` (or `--yolo`) is unrestricted: no prompts, nothing refused.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+
+from .errors import InvalidInput
+from .user_settings import user_roles
+
+CAO_SERVER = "cao-mcp-server"
+PROVIDERS = ("claude_code", "codex", "gemini_cli", "qwen_cli", "opencode_cli", "kiro_cli")
+MCP = "@<mcp server>"  # the table row for `@name` (or `@name/tool`): `{server}`, `{tool}` in its cells
+UNRESTRICTED = "*"
+MARKERS = frozenset({"discovery"})  # accepted, carry no tool
+
+# Each cell: the CLI's own names for the entry (for codex: the sandbox level it needs),
+# or None where that CLI cannot express the entry ("cannot enforce").
+_CLAUDE_READ, _CLAUDE_LIST = ("Read", "Grep"), ("Glob", "LS")
+_CLAUDE_WRITE = ("Write", "Edit", "MultiEdit", "NotebookEdit")
+_CLAUDE_WEB = ("WebFetch", "WebSearch")
+_GEMINI_READ, _GEMINI_LIST = ("read_file", "read_many_files", "grep_search"), ("list_directory", "glob")
+_OPENCODE_READ, _OPENCODE_LIST = ("read", "grep"), ("list", "glob")
+TABLE: dict[str, dict[str, tuple[str, ...] | None]] = {
+    "execute_bash": {
+        "claude_code": ("Bash", "BashOutput", "KillShell"),
+        "codex": ("workspace-write",),
+        "gemini_cli": ("run_shell_command",),
+        "qwen_cli": ("run_shell_command",),
+        "opencode_cli": ("bash",),
+        "kiro_cli": ("execute_bash",),
+    },
+    "fs_read": {
+        "claude_code": _CLAUDE_READ,
+        "codex": ("read-only",),
+        "gemini_cli": _GEMINI_READ,
+        "qwen_cli": _GEMINI_READ,
+        "opencode_cli": _OPENCODE_READ,
+        "kiro_cli": ("fs_read",),
+    },
+    "fs_list": {
+        "claude_code": _CLAUDE_LIST,
+        "codex": ("read-only",),
+        "gemini_cli": _GEMINI_LIST,
+        "qwen_cli": _GEMINI_LIST,
+        "opencode_cli": _OPENCODE_LIST,
+        "kiro_cli": ("fs_read",),
+    },
+    "fs_write": {
+        "claude_code": _CLAUDE_WRITE,
+        "codex": ("workspace-write",),
+        "gemini_cli": ("write_file", "replace"),
+        "qwen_cli": ("write_file", "edit"),
+        "opencode_cli": ("edit",),
+        "kiro_cli": ("fs_write",),
+    },
+    "fs_*": {
+        "claude_code": _CLAUDE_READ + _CLAUDE_LIST + _CLAUDE_WRITE,
+        "codex": ("workspace-write",),
+        "gemini_cli": _GEMINI_READ + _GEMINI_LIST + ("write_file", "replace"),
+        "qwen_cli": _GEMINI_READ + _GEMINI_LIST + ("write_file", "edit"),
+        "opencode_cli": _OPENCODE_READ + _OPENCODE_LIST + ("edit",),
+        "kiro_cli": ("fs_read", "fs_write"),
+    },
+    "web_fetch": {
+        "claude_code": _CLAUDE_WEB,
+        "codex": ("read-only",),  # Codex cannot switch its web tools per terminal: the sandbox is the limit
+        "gemini_cli": ("web_fetch", "google_web_search"),
+        "qwen_cli": ("web_fetch", "web_search"),
+        "opencode_cli": ("webfetch", "websearch"),
+        "kiro_cli": ("web_fetch", "web_search"),
+    },
+    "@builtin": {
+        "claude_code": ("Bash", "BashOutput", "KillShell", *_CLAUDE_READ, *_CLAUDE_LIST, *_CLAUDE_WRITE, *_CLAUDE_WEB)
+        + ("Task", "TodoWrite", "Skill", "SlashCommand"),
+        "codex": ("workspace-write",),
+        "gemini_cli": ("run_shell_command", *_GEMINI_READ, *_GEMINI_LIST, "write_file", "replace")
+        + ("web_fetch", "google_web_search", "save_memory", "write_todos"),
+        "qwen_cli": ("run_shell_command", *_GEMINI_READ, *_GEMINI_LIST, "write_file", "edit")
+        + ("web_fetch", "web_search", "save_memory", "todo_write", "task"),
+        "opencode_cli": ("bash", *_OPENCODE_READ, *_OPENCODE_LIST, "edit", "webfetch", "websearch")
+        + ("task", "skill", "lsp", "codesearch"),
+        "kiro_cli": ("@builtin",),
+    },
+    MCP: {
+        "claude_code": ("mcp__{server}{tool}",),  # `@server/tool` → mcp__server__tool
+        "codex": ("mcp_servers.{server}",),  # a server outside the set is not configured
+        "gemini_cli": ("{server}",),  # a policy rule on mcpName; excluded via mcp.excluded
+        "qwen_cli": ("{server}",),  # trusted server (settings); excluded via mcp.excluded
+        "opencode_cli": ("{server}_*",),
+        "kiro_cli": ("@{server}",),
+    },
+}
+# The builtin names each CLI knows: what is outside a set is refused from these.
+BUILTINS: dict[str, tuple[str, ...]] = {p: TABLE["@builtin"][p] or () for p in PROVIDERS}
+# How far each CLI enforces a set (README: "Roles and tools").
+ENFORCEMENT = {
+    "claude_code": "hard",  # permissions.deny for builtins outside the set; only the set's MCP servers
+    "codex": "partial",  # sandbox level (read-only / workspace-write) and MCP servers; no per-tool choice
+    "gemini_cli": "hard",  # excludeTools + mcp.excluded; policy rules allow the set
+    "qwen_cli": "hard",  # excludeTools + mcp.excluded; --allowed-tools for the set
+    "opencode_cli": "hard",  # permission "*": deny, the set allowed
+    "kiro_cli": "none",  # agent JSON `tools` (kiro_cli.agent_tools) would be hard; nothing writes it yet
+}
+
+ROLE_DEFAULTS: dict[str, tuple[str, ...]] = {
+    "supervisor": (f"@{CAO_SERVER}", "fs_read", "fs_list"),
+    "reviewer": ("@builtin", "fs_read", "fs_list", f"@{CAO_SERVER}"),
+    "developer": ("@builtin", "fs_*", "execute_bash", "web_fetch", f"@{CAO_SERVER}"),
+}
+FALLBACK_ROLE = "developer"
+
+
+def check_tool(name: object, where: str) -> str:
+    if not isinstance(name, str) or not (
+        name in TABLE or name in MARKERS or name == UNRESTRICTED or (name.startswith("@") and len(name) > 1)
+    ):
+        known = ", ".join([*[t for t in TABLE if t != MCP], "@<mcp server>", UNRESTRICTED, *sorted(MARKERS)])
+        raise InvalidInput(f"{where}: unknown tool {name!r} (known: {known})")
+    return name
+
+
+def roles(home: Path) -> dict[str, tuple[str, ...]]:
+    """The built-in roles plus the user's (`roles` in `<home>/settings.json`, which may override)."""
+    out = dict(ROLE_DEFAULTS)
+    for role, tools in user_roles(home).items():
+        out[role] = tuple(check_tool(t, f"role {role!r} in settings.json") for t in tools)
+    return out
+
+
+@dataclass(frozen=True)
+class ToolSet:
+    tools: list[str]
+    explicit: bool  # from allowedTools (or the request): tools in the set run without asking
+
+
+def resolve_tools(
+    home: Path,
+    profile_name: str,
+    allowed_tools: list[str] | None,
+    role: object,
+    mcp_servers: Mapping | None = None,
+) -> ToolSet:
+    """Explicit `allowedTools` wins; else the role's defaults (`developer` when there is no
+    role), plus `@name` for each of the profile's MCP servers. Unknown role or tool → InvalidInput."""
+    where = f"profile {profile_name!r}"
+    if role is not None and not isinstance(role, str):
+        raise InvalidInput(f"{where}: role must be a string")
+    known = roles(home) if role is not None or allowed_tools is None else ROLE_DEFAULTS
+    if role is not None and role not in known:
+        raise InvalidInput(f"{where}: unknown role {role!r} (known: {', '.join(sorted(known))})")
+    if allowed_tools is not None:
+        return ToolSet([check_tool(t, where) for t in allowed_tools], explicit=True)
+    tools = list(known[role or FALLBACK_ROLE])
+    tools += [f"@{name}" for name in mcp_servers or {} if f"@{name}" not in tools]
+    return ToolSet(tools, explicit=False)
+
+
+def names(provider: str, tools: Iterable[str]) -> list[str]:
+    """The CLI's own names for `tools` (vocabulary entries), in order, without repeats.
+    `*` and markers carry none; an entry that CLI cannot express is left out."""
+    out: list[str] = []
+    for tool in tools:
+        if tool == UNRESTRICTED or tool in MARKERS:
+            continue
+        if tool.startswith("@") and tool not in TABLE:
+            server, _, one = tool[1:].partition("/")
+            cells = [c.format(server=server, tool=f"__{one}" if one else "") for c in TABLE[MCP][provider] or ()]
+        else:
+            cells = list(TABLE[check_tool(tool, "allowed tools")][provider] or ())
+        out += [c for c in cells if c not in out]
+    return out
+
+
+def servers(tools: Iterable[str]) -> set[str]:
+    """The MCP servers a set names (`@name`, and `@name/tool`'s server)."""
+    return {t[1:].partition("/")[0] for t in tools if t.startswith("@") and t not in TABLE}
+
+
+def refused_builtins(provider: str, tools: list[str]) -> list[str]:
+    """The CLI's builtin tools outside the set: what it must refuse."""
+    if UNRESTRICTED in tools or "@builtin" in tools:
+        return []
+    inside = set(names(provider, tools))
+    return [name for name in BUILTINS[provider] if name not in inside]
