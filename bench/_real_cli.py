@@ -29,6 +29,10 @@ from real_cli_support import isolated_home_env, npm_binary  # noqa: E402
 from cao_testkit.scripted_model.harness import ScriptedModelServer  # noqa: E402
 from cli_agent_orchestrator.providers.base import LaunchContext  # noqa: E402
 
+# As cao's input service (services/input.py): an Enter that shows no effect is pressed again.
+ENTER_RETRY_S = 1.5
+ENTER_RETRIES = 3
+
 
 def bench_parser(doc: str, spawns: int = 5, turns: int = 10, agents: int | None = None) -> argparse.ArgumentParser:
     """--spawns, --turns and, where the bench runs several agents at once, --agents."""
@@ -151,6 +155,27 @@ class BarePane:
         self.tmux("send-keys", "-t", "b", "Enter")
         return self.until(lambda s: self.done(s, prompt)) - t0
 
+    def turn_pasted(self, n: int, enter_delay: float = 0.0) -> float:
+        """A turn given as cao gives it: a bracketed paste, then Enter (`enter_delay` later: the
+        provider's quirk), pressed again after ENTER_RETRY_S while the turn has not ended, as
+        cao's input service does. Timed from the paste: the bare CLI's share of cao's turn."""
+        prompt = f"say hello {n}"
+        env = {k: v for k, v in os.environ.items() if k != "TMUX"}
+        t0 = time.perf_counter()
+        load = ["tmux", "-L", self.socket, "load-buffer", "-b", "bench", "-"]
+        subprocess.run(load, input=prompt.encode(), env=env, check=True)
+        self.tmux("paste-buffer", "-p", "-d", "-b", "bench", "-t", "b")
+        if enter_delay:
+            time.sleep(enter_delay)
+        for _ in range(1 + ENTER_RETRIES):
+            self.tmux("send-keys", "-t", "b", "Enter")
+            deadline = time.perf_counter() + ENTER_RETRY_S
+            while time.perf_counter() < deadline:
+                if self.done(self.tmux("capture-pane", "-p", "-t", "b"), prompt):
+                    return time.perf_counter() - t0
+                time.sleep(0.01)
+        raise SystemExit(f"the bare CLI did not finish the pasted turn {prompt!r}")
+
     def close(self) -> None:
         self.kill()
 
@@ -163,14 +188,17 @@ def answered(screen: str, echo: str, reply: str, busy: str) -> bool:
     return bool(echoes) and reply in rows[echoes[-1] :] and busy not in screen
 
 
-def bare_figures(bare: BarePane, spawns: int, turns: int, pause: float = 0.0) -> dict:
-    """Spawn → ready `spawns` times, then `turns` turns, in ms; `pause` seconds between the two."""
+def bare_figures(bare: BarePane, spawns: int, turns: int, pause: float = 0.0, enter_delay: float = 0.0) -> dict:
+    """Spawn → ready `spawns` times, then `turns` turns, in ms; `pause` seconds between the two.
+    Then `turns` more turns given as cao gives them (bare_pasted_turn_ms, see turn_pasted)."""
     results: dict = {}
     try:
         results["bare_spawn_ms"] = [round(bare.spawn() * 1000) for _ in range(spawns)]
         if pause:
             time.sleep(pause)
         results["bare_turn_ms"] = [round(bare.turn(n) * 1000) for n in range(1, turns + 1)]
+        pasted = range(turns + 1, 2 * turns + 1)
+        results["bare_pasted_turn_ms"] = [round(bare.turn_pasted(n, enter_delay) * 1000) for n in pasted]
     finally:
         bare.close()
     return results
@@ -260,8 +288,14 @@ def report_against_bare(results: dict, name: str) -> None:
             ("bare spawn → idle, median ms", median(results["bare_spawn_ms"]), ""),
             ("cao spawn → idle, median ms", median(results["cao_spawn_to_idle_ms"]), ""),
             ("bare turn, median ms", median(results["bare_turn_ms"]), ""),
+            ("bare turn given as cao gives it (paste, Enter), median ms", median(results["bare_pasted_turn_ms"]), ""),
             ("cao turn, median ms", median(results["cao_turn_ms"]), ""),
             ("cao turn overhead, median ms", median(results["cao_turn_ms"]) - median(results["bare_turn_ms"]), ""),
+            (
+                "  over the bare turn given as cao gives it, ms",
+                median(results["cao_turn_ms"]) - median(results["bare_pasted_turn_ms"]),
+                "",
+            ),
             ("RSS per agent (CLI + MCP server), MB", median(rss), ""),
         ],
         results,

@@ -81,8 +81,10 @@ def main() -> int:
         ("cao spawn → IDLE, median ms", med("cao_spawn_to_idle_ms"), ""),
         ("  overhead over the bare CLI, ms", med("cao_spawn_to_idle_ms") - med("bare_spawn_ms"), ""),
         ("bare CLI turn, median ms", med("bare_turn_ms"), ""),
+        ("bare CLI turn given as cao gives it (paste, Enter), median ms", med("bare_pasted_turn_ms"), ""),
         ("cao turn → COMPLETED (2nd turn on), median ms", med("cao_turn_ms", 1), ""),
         ("  overhead over the bare CLI, ms", med("cao_turn_ms", 1) - med("bare_turn_ms"), ""),
+        ("  over the bare turn given as cao gives it, ms", med("cao_turn_ms", 1) - med("bare_pasted_turn_ms"), ""),
         ("cao first turn of a fresh agent, ms", results["cao_turn_ms"][0], ""),
         ("RSS per agent (claude + cao-mcp-server), median MB", statistics.median(rss), ""),
     ]

@@ -6,7 +6,10 @@ scripted model, under a private cao-server (temporary HOME, free port, own tmux 
     .venv/bin/python bench/real_codex_bench.py [--spawns 5] [--turns 10] [--agents 3]
 
 The CLI's own time of a turn is UserPromptSubmit → Stop as its hooks report them;
-overhead = (POST input → `completed` event) − that.
+overhead = (POST input → `completed` event) − that. That own time includes the hooks' cost,
+so the bench also times the bare CLI (the same binary and overrides without cao's hooks, in
+a bare tmux pane) against cao's turn, as the other real-CLI benches do; those figures go to
+bench/results/real_codex.json.
 """
 
 from __future__ import annotations
@@ -22,11 +25,24 @@ from pathlib import Path
 import psutil
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _harness import EventFollower, machine  # noqa: E402
-from _real_cli import agent_rss_mb, bench_parser, fresh_agents, timed_spawn, timed_turn, turn_figures  # noqa: E402
+from _harness import EventFollower, machine, report  # noqa: E402
+from _real_cli import (  # noqa: E402
+    BarePane,
+    agent_rss_mb,
+    bare_context,
+    bare_figures,
+    bench_parser,
+    cao_figures,
+    fresh_agents,
+    scripted_cli,
+    timed_spawn,
+    timed_turn,
+    turn_figures,
+)
 from real_cli_support import npm_binary, real_cli_server  # noqa: E402
 
 from cao_testkit.scripted_model.harness import ScriptedModelServer  # noqa: E402
+from cli_agent_orchestrator.providers import codex  # noqa: E402
 
 PROFILE = "---\nname: codex_bench\nprovider: codex\nmodel: fake-model\n---\nYou are a benchmark agent.\n"
 RULES = [
@@ -36,6 +52,55 @@ RULES = [
         "steps": [{"tool": "shell", "args": {"command": "echo marker"}}, {"text": "Printed."}],
     },
 ]
+
+
+REPLY = "Benchmark reply."
+
+
+class CodexPane(BarePane):
+    """Codex with cao's launch for a yolo agent, minus cao's hooks."""
+
+    def __init__(self, root: Path, workdir: Path):
+        ctx = bare_context(root, workdir)
+        codex.build_launch(ctx)  # the per-terminal directory; its script is replaced below
+        argv = ["codex", "--no-daemon", "--no-alt-screen", "--dangerously-bypass-approvals-and-sandbox"]
+        for key, value in codex.overrides(ctx):
+            if not key.startswith(("hooks.", "features.hooks")):
+                argv += ["-c", f"{key}={codex.toml(value)}"]
+        super().__init__("codex", {"RUST_BACKTRACE": "0"}, argv, workdir)
+
+    def ready(self, screen: str) -> bool:  # the composer, and the footer's model · cwd row (session configured)
+        rows = [row.rstrip() for row in screen.splitlines()]
+        footer = any(row.endswith(f" · {self.workdir}") for row in rows)
+        return footer and any(row.startswith("› ") for row in rows)
+
+    def done(self, screen: str, prompt: str) -> bool:
+        rows = [row.rstrip() for row in screen.splitlines()]
+        echo = [i for i, row in enumerate(rows) if row == f"› {prompt}"]
+        after = rows[echo[-1] :] if echo else []
+        # Any answer row ("• …"; the scripted model's reply text varies with the endpoint), then the turn's end row.
+        answer = next((i for i, row in enumerate(after) if row.startswith("• ")), None)
+        ended = answer is not None and any(row.lstrip().startswith("Worked for") for row in after[answer:])
+        return ended and "esc to interrupt" not in screen
+
+
+def bare_against_cao(spawns: int, turns: int) -> dict:
+    """The bare CLI's turns next to cao's (the same "developer" yolo agent the other benches use)."""
+    results: dict = {"machine": machine(), "cli_version": "0.171.0"}
+    with scripted_cli("@openai/codex", "0.171.0", "codex", "cao-bench-codex-bare-", REPLY) as (root, work):
+        results.update(bare_figures(CodexPane(root, work), spawns, turns, pause=1.0))
+        results.update(cao_figures("codex", work, spawns, range(1, turns + 1), process_name))
+    bare, cao = statistics.median(results["bare_turn_ms"]), statistics.median(results["cao_turn_ms"][1:])
+    pasted = statistics.median(results["bare_pasted_turn_ms"])
+    rows = [
+        ("bare CLI turn, median ms", bare, ""),
+        ("bare CLI turn given as cao gives it (paste, Enter), median ms", pasted, ""),
+        ("cao turn → COMPLETED (2nd turn on), median ms", cao, ""),
+        ("  overhead over the bare CLI, ms", cao - bare, ""),
+        ("  over the bare turn given as cao gives it, ms", cao - pasted, ""),
+    ]
+    report(rows, results, "real_codex")
+    return results
 
 
 def process_name(proc: psutil.Process) -> str:
@@ -59,6 +124,7 @@ def main() -> int:
     ap = bench_parser(__doc__, spawns=5, turns=10, agents=3)
     ap.add_argument("--json", type=Path, help="also write the raw figures here")
     args = ap.parse_args()
+    bare_against_cao(args.spawns, args.turns)
     binary = npm_binary("@openai/codex", "0.171.0", "codex")
     root = Path(tempfile.mkdtemp(prefix="cao-bench-codex-"))
     results: dict = {"machine": machine(), "codex": "0.171.0"}

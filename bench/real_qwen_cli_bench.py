@@ -69,7 +69,9 @@ def main() -> int:
         root,
         work,
     ):
-        results.update(bare_figures(QwenPane(root, work), args.spawns, args.turns))
+        results.update(
+            bare_figures(QwenPane(root, work), args.spawns, args.turns, enter_delay=qwen_cli.PROVIDER.enter_delay_s)
+        )
         results.update(cao_figures("qwen_cli", work, args.spawns, range(1, args.turns + 1), process_name))
     report_against_bare(results, "real_qwen_cli")
     return 0

@@ -59,6 +59,8 @@ class CaoServer:
             "TMUX_TMPDIR": str(self.tmux_tmpdir),
             "CAO_MOCK_DELAY_MS": "20",
             "CAO_LOG_LEVEL": os.environ.get("CAO_LOG_LEVEL", "info"),
+            # `cao install` (CLI or route) for kiro_cli writes here, never into the real ~/.kiro.
+            "CAO_AGENTS_DIR": str(home / "kiro-agents"),
             **(extra_env or {}),
         }
         self.env.pop("TMUX", None)
@@ -70,6 +72,9 @@ class CaoServer:
         log = open(self.home / "server.out", "ab")
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "cli_agent_orchestrator.cli.server"],
+            # The server's directory is where agents work by default; never this repository
+            # (a generated `use_worktree=true` would branch it).
+            cwd=self.home,
             env=self.env,
             stdout=log,
             stderr=subprocess.STDOUT,

@@ -96,3 +96,11 @@ def real_cli_server(root: Path, binaries: list[Path], extra_env: dict[str, str] 
     env = isolated_home_env(root)
     path = os.pathsep.join([*(str(b.parent) for b in binaries), os.environ.get("PATH", "")])
     return CaoServer(root / "cao-home", {**env, "PATH": path, **(extra_env or {})})
+
+
+def store_profiles(cao: CaoServer, profiles: dict[str, str]) -> None:
+    """Write profiles (name → file text) into the server's agent store."""
+    store = cao.home / "agent-store"
+    store.mkdir(parents=True, exist_ok=True)
+    for name, text in profiles.items():
+        (store / f"{name}.md").write_text(text)

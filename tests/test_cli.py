@@ -174,7 +174,10 @@ def test_install_local_profile_then_launch_it(cao: CaoServer, tmp_path: Path):
     (term,) = cao.client.get("/terminals").json()
     assert term["agent_profile"] == "tester" and term["provider"] == "mock_cli"
 
-    assert ok(cao, "install", "reviewer") and (cao.home / "agent-store" / "reviewer.md").is_file()
+    # reviewer names no provider, so it is installed for kiro_cli: its agent JSON goes to CAO_AGENTS_DIR.
+    assert ok(cao, "install", "reviewer", CAO_AGENTS_DIR=str(tmp_path / "kiro-agents"))
+    assert (cao.home / "agent-store" / "reviewer.md").is_file()
+    assert (tmp_path / "kiro-agents" / "reviewer.json").is_file()
     bad_name = tmp_path / "bad.md"
     bad_name.write_text("---\nname: ../evil\n---\nx\n", encoding="utf-8")
     refused = run(cao, "install", str(bad_name))

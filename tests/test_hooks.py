@@ -138,3 +138,22 @@ def test_hook_command_never_fails_the_cli(tmp_path):
             timeout=10,
         )
         assert proc.returncode == 0
+
+
+def test_a_clis_own_hook_json_is_taken_as_an_http_hook_posts_it(cao: CaoServer):
+    """Claude Code's `"type": "http"` hooks post their raw hook JSON (the event in
+    `hook_event_name`): the route takes that form too, with the same secret rule."""
+    _install(cao)
+    tid = cao.create_session("hooked")["id"]
+    raw = {"hook_event_name": "Notification", "session_id": "s", "notification_type": "permission_prompt"}
+    refused = cao.client.post(f"/terminals/{tid}/hooks", json=raw, headers={"X-CAO-Hook-Secret": "wrong"})
+    assert refused.status_code == 403
+    headers = {"X-CAO-Hook-Secret": cao.hook_secret(tid)}
+    assert cao.client.post(f"/terminals/{tid}/hooks", json=raw, headers=headers).json() == {"success": True}
+    # The whole JSON is the payload: the provider reads notification_type from it.
+    wait_until(
+        lambda: cao.client.get(f"/terminals/{tid}").json()["status_source"] == "hook:Notification",
+        message="the raw Notification applied",
+    )
+    assert cao.status(tid) == "waiting_user_answer"
+    assert cao.client.post(f"/terminals/{tid}/hooks", json={"session_id": "s"}, headers=headers).status_code == 422

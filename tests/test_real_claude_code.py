@@ -30,6 +30,7 @@ from real_cli_support import (
     npm_binary,
     real_cli_prerequisites,  # noqa: F401
     real_cli_server,
+    store_profiles,
 )
 
 from cao_testkit.scripted_model.harness import ScriptedModelServer
@@ -74,6 +75,9 @@ SCRIPT = [
 ]
 PROFILES = {
     "claude_dev": "---\nname: claude_dev\nprovider: claude_code\n---\nYou are the cao test developer ZX81.\n",
+    # permissionMode: default keeps Claude's permission prompts inside the tool set.
+    "claude_asks": "---\nname: claude_asks\nprovider: claude_code\npermissionMode: default\n---\n"
+    "You are the cao test developer ZX81.\n",
     "claude_worker": "---\nname: claude_worker\nprovider: claude_code\npermissionMode: bypassPermissions\n---\n"
     "You are a worker.\n",
     "mock_worker": "---\nname: mock_worker\nprovider: mock_cli\n---\nA mock worker.\n",
@@ -121,10 +125,7 @@ def env(tmp_path_factory: pytest.TempPathFactory, wait_for_mcp_shim):
         cao = real_cli_server(root, [binary], model.cli_env("claude"))
         home = Path(cao.env["HOME"])
         (home / ".claude.json").write_text(json.dumps({"hasCompletedOnboarding": True}))
-        store = cao.home / "agent-store"
-        store.mkdir(parents=True)
-        for name, text in PROFILES.items():
-            (store / f"{name}.md").write_text(text)
+        store_profiles(cao, PROFILES)
         cao.start()
         try:
             yield cao, model, root
@@ -227,7 +228,7 @@ def answer_user_prompt(cao: CaoServer, terminal_id: str, answer: str) -> dict:
 def test_permission_prompts_answered_through_mcp(env) -> None:
     cao, _, root = env
     work = workdir(root, "permission")
-    tid = cao.create_session("claude_dev", provider="claude_code", working_directory=work)["id"]
+    tid = cao.create_session("claude_asks", provider="claude_code", working_directory=work)["id"]
     cao.send(tid, "create the file")
     cao.wait_status(tid, "waiting_user_answer", timeout=60)
     assert detail(cao, tid)["status_reason"] == "permission prompt"

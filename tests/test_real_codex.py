@@ -82,6 +82,9 @@ RULES = [
 ]
 PROFILES = {
     "codex_dev": "---\nname: codex_dev\nprovider: codex\nmodel: fake-model\n---\nYou are a careful developer.\n",
+    # permissionMode: default keeps Codex's approval prompts (approval_policy on-request).
+    "codex_asks": "---\nname: codex_asks\nprovider: codex\nmodel: fake-model\npermissionMode: default\n---\n"
+    "You are a careful developer.\n",
     "codex_broken": (
         "---\nname: codex_broken\nprovider: codex\nmodel: fake-model\n"
         "codexConfig: {approval_policy: not-a-policy}\n---\nStarts with a bad setting.\n"
@@ -267,7 +270,7 @@ def anyio_backend() -> str:
 
 @pytest.mark.anyio
 async def test_permission_prompt_is_waiting_and_answered_through_mcp(env: Env):
-    term = create(env, yolo=False)  # no bypass: Codex asks before an escalated command
+    term = create(env, "codex_asks", yolo=False)  # no bypass, prompts kept: Codex asks before an escalated command
     tid = term["id"]
     try:
         (env.work / "created.txt").unlink(missing_ok=True)
@@ -320,7 +323,7 @@ def test_delete_while_running_leaves_no_process(env: Env):
 
 
 def test_codex_supervisor_hands_off_to_a_mock_worker(env: Env):
-    term = create(env, yolo=False)  # cao-mcp-server's tools are pre-approved even without bypass
+    term = create(env, "codex_asks", yolo=False)  # cao-mcp-server's tools are pre-approved even then
     tid = term["id"]
     try:
         env.cao.send(tid, "please delegate the sum")

@@ -36,6 +36,7 @@ from cao_testkit.scripted_model.harness import ScriptedModelServer
 
 START_S, TURN_S = 90, 60  # generous: two shared cores, other developers' tests alongside
 DEV = "nodedev"  # the profile of the CLI under test
+ASKS = "nodeasks"  # the same, keeping the CLI's permission prompts
 # The scripted model's rules for both CLIs; each adds its `worker_rule`.
 RULES = [
     {"match": "greet the tester", "reply": "Hello from the scripted model.\nSecond line, exact."},
@@ -240,6 +241,8 @@ def cao(
     store.mkdir(parents=True, exist_ok=True)
     profiles = {
         DEV: f"---\nname: {DEV}\nprovider: {cli.provider}\n---\nYou are a careful developer.\n",
+        # permissionMode: default keeps the CLI's own prompts inside the tool set.
+        ASKS: f"---\nname: {ASKS}\nprovider: {cli.provider}\npermissionMode: default\n---\nA developer who asks.\n",
         "mockworker": "---\nname: mockworker\nprovider: mock_cli\n---\nYou are a test worker.\n",
         "mocksup": cli.mock_supervisor,
     }
@@ -267,10 +270,10 @@ def workdir(cao: CaoServer) -> str:
     return str(cao.home.parent / "work")
 
 
-def start(cao: CaoServer, cli: NodeCli, yolo: bool = True) -> dict:
+def start(cao: CaoServer, cli: NodeCli, yolo: bool = True, profile: str = DEV) -> dict:
     resp = cao.client.post(
         "/sessions",
-        params={"agent_profile": DEV, "provider": cli.provider, "yolo": yolo, "working_directory": workdir(cao)},
+        params={"agent_profile": profile, "provider": cli.provider, "yolo": yolo, "working_directory": workdir(cao)},
         timeout=START_S + 30,
     )
     assert resp.status_code == 201, resp.text
@@ -335,7 +338,7 @@ def test_shell_tool_turn(cli: NodeCli, cao: CaoServer, model: ScriptedModelServe
 
 
 def test_permission_prompt_is_waiting_and_answered_through_mcp(cli: NodeCli, cao: CaoServer) -> None:
-    term = start(cao, cli, yolo=False)
+    term = start(cao, cli, yolo=False, profile=ASKS)
     cao.send(term["id"], "create the marker")
     cao.wait_status(term["id"], "waiting_user_answer", timeout=TURN_S)
     assert not (Path(workdir(cao)) / "marker.txt").exists()
@@ -352,7 +355,7 @@ def test_permission_prompt_is_waiting_and_answered_through_mcp(cli: NodeCli, cao
 
 
 def test_a_declined_permission_ends_the_turn_without_running_the_tool(cli: NodeCli, cao: CaoServer) -> None:
-    term = start(cao, cli, yolo=False)
+    term = start(cao, cli, yolo=False, profile=ASKS)
     cao.send(term["id"], "create the second marker")
     cao.wait_status(term["id"], "waiting_user_answer", timeout=TURN_S)
     cao.send(term["id"], "no")  # the provider answers the menu with Esc

@@ -57,6 +57,8 @@ RULES = [
 ]
 PROFILES = {
     "oc_dev": "---\nname: oc_dev\nprovider: opencode_cli\nrole: developer\n---\nYou are a careful developer.\n",
+    "oc_asks": "---\nname: oc_asks\nprovider: opencode_cli\nrole: developer\npermissionMode: default\n---\n"
+    "You are a careful developer.\n",
     "oc_sup": "---\nname: oc_sup\nprovider: opencode_cli\nrole: supervisor\n---\nYou delegate work with cao tools.\n",
     "mock_worker": "---\nname: mock_worker\nprovider: mock_cli\n---\nYou echo.\n",
     "mock_sup": (
@@ -214,7 +216,7 @@ def test_text_shell_and_error_turns_then_delete_leaves_no_process(oc: CaoServer,
 async def test_permission_prompt_waits_then_mcp_answer_lets_it_run_and_a_killed_agent_is_an_error(
     oc: CaoServer, model: ScriptedModelServer, anyio_backend: str
 ):
-    tid = create(oc, "oc_dev")["id"]  # no yolo: bash asks first
+    tid = create(oc, "oc_asks")["id"]  # no yolo, prompts kept: bash asks first
     runs = tool_results(model).count("shell-ran-42")
     oc.send(tid, "please run the shell for me")
     assert oc.wait_status(tid, {"waiting_user_answer", "completed", "error"}, TURN_S) == "waiting_user_answer"

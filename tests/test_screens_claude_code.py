@@ -136,7 +136,7 @@ def test_launch_puts_everything_in_the_terminal_dir(tmp_path: Path) -> None:
     assert allow == ["mcp__cao-mcp-server", "mcp__other", "Bash", "BashOutput", "KillShell"]
     assert {"Read", "Write", "Edit", "WebFetch"} <= set(deny) and "Bash" not in deny
     assert set(settings["hooks"]) == {"SessionStart", "UserPromptSubmit", "Stop", "StopFailure"}
-    assert "cli_agent_orchestrator.hook Stop" in settings["hooks"]["Stop"][0]["hooks"][0]["command"]
+    assert settings["hooks"]["Stop"][0]["hooks"][0]["command"].endswith(f"bash {tdir / 'cao-hook.sh'} Stop")
     assert mcp["other"] == {"command": "x"}
     assert mcp["cao-mcp-server"]["env"]["CAO_TERMINAL_ID"] == "abcd1234"
     assert launch.env["CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC"] == "1" and launch.env["DISABLE_AUTOUPDATER"] == "1"

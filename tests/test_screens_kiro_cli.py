@@ -14,6 +14,9 @@ from pathlib import Path
 import pytest
 from screen_fixtures import ScreenFixtures
 
+from cli_agent_orchestrator import tool_policy
+from cli_agent_orchestrator.profiles import load_profile
+from cli_agent_orchestrator.providers import kiro_agent
 from cli_agent_orchestrator.providers import kiro_cli as kiro
 from cli_agent_orchestrator.providers.base import LaunchContext, Screen
 from cli_agent_orchestrator.providers.registry import get_provider
@@ -104,3 +107,23 @@ def test_unrestricted_tools_start_the_legacy_ui(kw: dict):
 def test_registered_as_the_default_provider_with_its_binary_and_exit():
     spec = get_provider("kiro_cli")
     assert (spec.binary, spec.exit_command, spec.accepts_input_while_busy) == ("kiro-cli", "/exit", False)
+
+
+# --- the agent the launch line names -----------------------------------------------------
+@pytest.mark.parametrize(("profile", "legacy"), [("code_supervisor", False), ("developer", False), ("free", True)])
+def test_launch_names_the_agent_cao_install_writes_with_the_same_tool_set(tmp_path: Path, profile: str, legacy: bool):
+    """`--agent NAME` loads `<agents dir>/NAME.json`: its `name` is the profile's, its `tools` the
+    set the launch was given (unrestricted ⇔ `--legacy-ui` and `tools: ["*"]`)."""
+    store = tmp_path / "agent-store"
+    store.mkdir()
+    (store / "free.md").write_text("---\nname: free\nallowedTools: ['*']\n---\nAnything.\n", encoding="utf-8")
+    loaded = load_profile(tmp_path, profile)
+    tools = tool_policy.resolve_tools(tmp_path, loaded.name, loaded.allowed_tools, loaded.role, loaded.mcp_servers)
+    document = kiro_agent.agent_document(loaded, tools.tools, ["/opt/cao/bin/cao-mcp-server"])
+    argv = kiro.build_launch(context(profile_name=profile, allowed_tools=tools.tools)).argv
+    assert argv[argv.index("--agent") + 1] == document["name"] == profile
+    assert ("--legacy-ui" in argv) is legacy and (document["tools"] == ["*"]) is legacy
+    assert document["tools"] == kiro.agent_tools(tools.tools)["tools"]
+    cao = document["mcpServers"]["cao-mcp-server"]
+    assert (cao["command"], cao["timeout"]) == ("/opt/cao/bin/cao-mcp-server", kiro_agent.CAO_MCP_TIMEOUT_MS)
+    assert tool_policy.ENFORCEMENT["kiro_cli"] == "hard"

@@ -139,14 +139,14 @@ def test_permissions_ask_by_default_and_allow_everything_in_yolo(tmp_path: Path)
     assert settings(tmp_path, profile_extra={"permissionMode": "acceptEdits"})["permission"].get("edit") is None
 
 
-def test_allowed_tools_deny_everything_else(tmp_path: Path):
+def test_allowed_tools_run_unasked_and_everything_else_is_denied(tmp_path: Path):
     rules = settings(tmp_path, allowed_tools=["@cao-mcp-server", "fs_read", "execute_bash"])["permission"]
     assert list(rules)[0] == "*" and rules["*"] == "deny"  # first: opencode applies the last match
-    assert rules["read"] == rules["grep"] == "allow" and rules["bash"] == "ask"
+    assert rules["read"] == rules["grep"] == rules["bash"] == "allow"  # inside the set: no prompt
     assert "edit" not in rules and rules["cao-mcp-server_*"] == "allow"
-    assert rules["external_directory"] == "ask"
+    assert rules["external_directory"] == "allow"
     yolo = settings(tmp_path, allowed_tools=["fs_read"], yolo=True)["permission"]
-    assert yolo["*"] == "deny" and yolo["read"] == "allow" and "bash" not in yolo
+    assert yolo["*"] == "allow" and "bash" not in yolo  # --yolo: unrestricted, whatever the set
 
 
 def test_other_profile_mcp_servers_are_carried_over(tmp_path: Path):

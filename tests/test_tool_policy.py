@@ -59,11 +59,11 @@ def test_refused_builtins_are_what_the_set_leaves_out():
 def test_resolution_explicit_then_role_then_developer(tmp_path: Path):
     resolve = tool_policy.resolve_tools
     explicit = resolve(tmp_path, "p", ["fs_read"], "supervisor")
-    assert (explicit.tools, explicit.explicit) == (["fs_read"], True)
+    assert (explicit.tools, explicit.source) == (["fs_read"], "allowedTools")
     assert resolve(tmp_path, "p", None, "supervisor").tools == ["@cao-mcp-server", "fs_read", "fs_list"]
     assert resolve(tmp_path, "p", None, "reviewer").tools == ["@builtin", "fs_read", "fs_list", "@cao-mcp-server"]
     plain = resolve(tmp_path, "p", None, None, {"docs": {}, "cao-mcp-server": {}})
-    assert (plain.tools, plain.explicit) == ([*DEVELOPER, "@docs"], False)
+    assert plain.tools == [*DEVELOPER, "@docs"] and plain.source.startswith("role developer")
 
 
 def test_user_defined_roles_come_from_settings_json(tmp_path: Path):
@@ -88,7 +88,7 @@ def test_unknown_role_and_tool_are_named(tmp_path: Path):
 
 
 # --- what the CLIs get ----------------------------------------------------------------------
-def _ctx(tmp_path: Path, tools: list[str] | None, explicit: bool = True, **kw) -> LaunchContext:
+def _ctx(tmp_path: Path, tools: list[str] | None, **kw) -> LaunchContext:
     return LaunchContext(
         terminal_id="abcd1234",
         profile_name="p",
@@ -96,7 +96,6 @@ def _ctx(tmp_path: Path, tools: list[str] | None, explicit: bool = True, **kw) -
         working_directory=str(tmp_path),
         home_dir=tmp_path / "cao",
         allowed_tools=tools,
-        tools_explicit=explicit,
         **kw,
     )
 
@@ -104,23 +103,25 @@ def _ctx(tmp_path: Path, tools: list[str] | None, explicit: bool = True, **kw) -
 def test_no_role_no_tools_gets_developer_in_claude_code_and_codex(tmp_path: Path):
     profile = parse_profile("---\nname: plain\n---\nHi.\n", "plain", "t")
     tools = tool_policy.resolve_tools(tmp_path, profile.name, profile.allowed_tools, profile.role)
-    ctx = _ctx(tmp_path, tools.tools, tools.explicit)
-    # Claude: nothing refused, nothing pre-approved but cao's own server (prompts stay).
-    assert claude_code.permissions(ctx) == {"allow": ["mcp__cao-mcp-server"]}
-    assert dict(codex.overrides(ctx))["sandbox_mode"] == "workspace-write"
+    ctx = _ctx(tmp_path, tools.tools)
+    # Claude: the developer set runs without asking, nothing of the builtins is refused.
+    rules = claude_code.permissions(ctx)
+    assert "deny" not in rules and {"Bash", "Write", "Edit", "Read", "WebFetch"} <= set(rules["allow"])
+    over = dict(codex.overrides(ctx))
+    assert over["sandbox_mode"] == "workspace-write" and over["approval_policy"] == "never"
 
 
 def test_supervisor_role_is_refused_writes_and_shell(tmp_path: Path):
     tools = tool_policy.resolve_tools(tmp_path, "s", None, "supervisor")
     extra = {"mcpServers": {"docs": {"command": "docs"}}}
-    rules = claude_code.permissions(_ctx(tmp_path, tools.tools, tools.explicit, profile_extra=extra))
-    assert rules["allow"] == ["mcp__cao-mcp-server"]
+    rules = claude_code.permissions(_ctx(tmp_path, tools.tools, profile_extra=extra))
+    assert rules["allow"] == ["mcp__cao-mcp-server", "Read", "Grep", "Glob", "LS"]
     assert {"Bash", "Write", "Edit", "WebFetch", "mcp__docs"} <= set(rules["deny"]) and "Read" not in rules["deny"]
-    over = dict(codex.overrides(_ctx(tmp_path, tools.tools, tools.explicit, profile_extra=extra)))
+    over = dict(codex.overrides(_ctx(tmp_path, tools.tools, profile_extra=extra)))
     assert over["sandbox_mode"] == "read-only" and "mcp_servers.docs" not in over
 
 
-def test_explicit_tools_run_without_asking_and_yolo_is_unrestricted(tmp_path: Path):
+def test_the_set_runs_without_asking_and_yolo_is_unrestricted(tmp_path: Path):
     rules = claude_code.permissions(_ctx(tmp_path, ["fs_read", "execute_bash"]))
     assert rules["allow"] == ["mcp__cao-mcp-server", "Read", "Grep", "Bash", "BashOutput", "KillShell"]
     assert "Write" in rules["deny"]
@@ -129,16 +130,17 @@ def test_explicit_tools_run_without_asking_and_yolo_is_unrestricted(tmp_path: Pa
     assert kiro_cli.agent_tools(["fs_read", "@docs"]) == {"tools": ["fs_read", "@docs"]}
 
 
-def test_yolo_is_not_narrowed_by_a_roles_default_set(tmp_path: Path):
-    """--yolo means unrestricted: a role's defaults (not named by the profile) do not narrow it;
-    a set the profile names still does."""
+def test_yolo_is_unrestricted_whatever_the_set(tmp_path: Path):
+    """--yolo means unrestricted: neither a role's defaults nor a set the profile names narrow it."""
     developer = list(tool_policy.ROLE_DEFAULTS["developer"])
-    rules = opencode_cli._permissions(_ctx(tmp_path, developer, explicit=False, yolo=True))
-    assert rules["*"] == "allow" and "bash" not in rules
-    narrowed = opencode_cli._permissions(_ctx(tmp_path, ["fs_read"], explicit=True, yolo=True))
-    assert narrowed["*"] == "deny" and narrowed["read"] == "allow" and "bash" not in narrowed
-    asking = opencode_cli._permissions(_ctx(tmp_path, developer, explicit=False))
-    assert asking["*"] == "deny" and asking["bash"] == "ask"
+    for tools in (developer, ["fs_read"]):
+        rules = opencode_cli._permissions(_ctx(tmp_path, tools, yolo=True))
+        assert rules["*"] == "allow" and "bash" not in rules
+        assert claude_code.permissions(_ctx(tmp_path, tools, yolo=True)) == {"allow": ["mcp__cao-mcp-server"]}
+    unattended = opencode_cli._permissions(_ctx(tmp_path, developer))
+    assert unattended["*"] == "deny" and unattended["bash"] == "allow" and unattended["edit"] == "allow"
+    reviewer = opencode_cli._permissions(_ctx(tmp_path, ["fs_read", "fs_list", "@cao-mcp-server"]))
+    assert reviewer["*"] == "deny" and "bash" not in reviewer and "edit" not in reviewer
 
 
 # --- the API --------------------------------------------------------------------------------

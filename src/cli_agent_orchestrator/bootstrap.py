@@ -14,15 +14,23 @@ from .backends.base import TerminalBackend
 from .backends.tmux import TmuxBackend
 from .bus import EventBus
 from .events import Event
+from .flows.runner import FlowRunner
+from .flows.schedule import server_zone_name
+from .flows.service import FlowService
+from .plugins.dispatch import PluginDispatcher
+from .plugins.manager import load_plugins
 from .services.inbox import InboxService
 from .services.input import InputService
 from .services.logs import LogWriter
 from .services.orchestration import OrchestrationService
 from .services.sessions import SessionService
 from .services.status.monitor import StatusMonitor
+from .services.terminals.hook_channel import HookChannel
 from .services.terminals.service import TerminalService
+from .services.worker_questions import QuestionWatch
 from .settings import Settings
 from .store import Store
+from .store.flows import FlowTables
 from .tasks import TaskGroup
 from .workflows.catalog import WorkflowCatalog
 from .workflows.drives import RunRegistry
@@ -55,10 +63,15 @@ class Runtime:
     orchestration: OrchestrationService
     step_gate: ScriptStepGate
     workflows: WorkflowService
+    hooks: HookChannel  # the CLIs' command hooks (POST /terminals/{id}/hooks is the other way in)
+    plugins: PluginDispatcher  # the enabled plugins, each fed from the bus in its own task
+    flows: FlowService  # scheduled flows: their timer starts with the runtime
 
     async def start(self) -> None:
         wire_consumers(self)
+        self.plugins.start()
         self.bus.start()
+        await self.hooks.start()  # before adoption: surviving agents' hooks are read from here on
         await self.backend.start()
         result = await self.terminals.adopt_all()
         if result["adopted"] or result["gone"]:
@@ -66,13 +79,17 @@ class Runtime:
         await self.inbox.recover()
         self.inbox.start_sweeper()
         await self.workflows.recover()
+        await self.flows.start()  # after adoption: a flow's busy check sees its surviving agent
 
     async def stop(self) -> None:
+        await self.flows.stop()
         await self.workflows.shutdown()
+        await self.hooks.stop()
         await self.inbox.stop()
         await self.logs.flush()
         await self.backend.stop()
         await self.bus.stop()
+        await self.plugins.stop()  # after the bus: what reached a plugin's queue is still handled
         await self.monitor.stop()
         await self.tasks.close()
         self.store.close()
@@ -87,12 +104,14 @@ def consumer_table(rt: Runtime) -> list[tuple[str, str, Callable, Callable[[Even
         ("inbox.status", "terminal.*.status", rt.inbox.on_status, None),
         ("inbox.removed", "terminal.*.removed", rt.inbox.on_removed, None),
         ("terminals.backend-lost", "backend.*.lost", rt.terminals.on_backend_lost, None),
+        ("plugins", "#", rt.plugins.handle, None),
     ]
 
 
 def wire_consumers(rt: Runtime) -> None:
     for name, pattern, handler, on_drop in consumer_table(rt):
         rt.bus.subscribe(name, pattern, handler, on_drop=on_drop)
+    rt.bus.observe_publish(rt.plugins.note_publish)  # who caused each event, seen where it is published
 
 
 def build_runtime(settings: Settings | None = None) -> Runtime:
@@ -107,8 +126,10 @@ def build_runtime(settings: Settings | None = None) -> Runtime:
     typing = InputService(backend, bus, monitor)
     terminals = TerminalService(settings, store, bus, backend, monitor, typing, tasks, dict(os.environ))
     sessions = SessionService(backend, terminals)
+    hooks = HookChannel(settings.tmp_dir, terminals, bus, tasks.spawn)
     inbox = InboxService(settings, store, bus, terminals, monitor, typing, tasks)
-    orchestration = OrchestrationService(bus, monitor, terminals, inbox)
+    questions = QuestionWatch(bus, monitor, terminals, inbox, settings.handoff_grace)
+    orchestration = OrchestrationService(bus, monitor, terminals, inbox, questions, tasks.spawn)
     registry, timeline = RunRegistry(tasks.spawn), Timeline(store, bus)
     steps = StepExecution(store, registry, timeline, orchestration)
     step_gate = ScriptStepGate(store, registry, timeline, steps)
@@ -127,6 +148,17 @@ def build_runtime(settings: Settings | None = None) -> Runtime:
         ),
         views=RunViews(store, registry),
     )
+    flow_tables = FlowTables(store.engine)
+    flows = FlowService(
+        settings.home_dir,
+        settings.home_dir / "flows",
+        server_zone_name(),
+        store,
+        flow_tables,
+        bus,
+        tasks,
+        FlowRunner(store, flow_tables, bus, terminals, sessions, orchestration, dict(os.environ)),
+    )
     return Runtime(
         settings,
         store,
@@ -142,4 +174,7 @@ def build_runtime(settings: Settings | None = None) -> Runtime:
         orchestration,
         step_gate,
         workflows,
+        hooks,
+        PluginDispatcher(load_plugins(settings.home_dir)),
+        flows,
     )

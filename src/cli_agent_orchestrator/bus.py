@@ -73,6 +73,9 @@ class EventBus:
         self._loop: asyncio.AbstractEventLoop | None = None
         self._loop_thread: int | None = None
         self.failures: collections.deque[ConsumerFailed] = collections.deque(maxlen=200)
+        # Told of each event as it is published, in the publisher's context (the plugin
+        # dispatcher notes which actor caused it there); they must be quick and not raise.
+        self._publish_observers: list[Callable[[Event], None]] = []
 
     def bind(self, loop: asyncio.AbstractEventLoop) -> None:
         self._loop = loop
@@ -87,6 +90,10 @@ class EventBus:
         if self._loop is not None:
             self._tasks.append(self._loop.create_task(self._drain(sub), name=f"bus:{name}"))
         return sub
+
+    def observe_publish(self, observer: Callable[[Event], None]) -> None:
+        """Call `observer(event)` synchronously for every event, in the publisher's context."""
+        self._publish_observers.append(observer)
 
     def open_stream(self, name: str, pattern: str, max_size: int | None = None) -> Subscription:
         """A subscription read by its owner with `next_event` (waiters, websockets)."""
@@ -139,6 +146,8 @@ class EventBus:
 
     def _dispatch(self, event: Event) -> None:
         topic = event.topic
+        for observe in self._publish_observers:
+            observe(event)
         for sub in list(self._subs):
             if topic_matches(sub.pattern, topic):
                 sub.offer(event)

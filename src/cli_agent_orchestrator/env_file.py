@@ -64,16 +64,35 @@ def check_key(key: str) -> str:
     return key
 
 
+def check_value(key: str, value: str) -> str:
+    if any(ch in value for ch in "\n\r\0"):
+        raise InvalidInput(f"the value of {key} must be a single line (no newline, carriage return or NUL)")
+    return value
+
+
 def set_env_value(home: Path, key: str, value: str) -> bool:
     """Set `key` (replacing its line in place, or appending one); True when it existed."""
     check_key(key)
-    if any(ch in value for ch in "\n\r\0"):
-        raise InvalidInput(f"the value of {key} must be a single line (no newline, carriage return or NUL)")
+    check_value(key, value)
     lines, found = _lines_without(home, key, replacement=f"{key}={_quote(value)}")
     if not found:
         lines.append(f"{key}={_quote(value)}")
     _write(home, lines)
     return found
+
+
+def env_text_with(home: Path, values: dict[str, str]) -> str:
+    """The text `<home>/.env` would hold with each of `values` set as `set_env_value` sets
+    it, without writing anything (for a caller that writes several files all or nothing)."""
+    for key, value in values.items():
+        check_value(check_key(key), value)
+    path = env_path(home)
+    lines = path.read_text(encoding="utf-8", errors="replace").splitlines() if path.is_file() else []
+    for key, value in values.items():
+        lines, found = _replaced(lines, key, f"{key}={_quote(value)}")
+        if not found:
+            lines.append(f"{key}={_quote(value)}")
+    return "".join(f"{line}\n" for line in lines)
 
 
 def unset_env_value(home: Path, key: str) -> bool:
@@ -89,9 +108,13 @@ def _lines_without(home: Path, key: str, replacement: str | None) -> tuple[list[
     """The file's lines with those setting `key` replaced (the first) or dropped (the rest)."""
     path = env_path(home)
     text = path.read_text(encoding="utf-8", errors="replace") if path.is_file() else ""
+    return _replaced(text.splitlines(), key, replacement)
+
+
+def _replaced(lines: list[str], key: str, replacement: str | None) -> tuple[list[str], bool]:
     kept: list[str] = []
     found = False
-    for line in text.splitlines():
+    for line in lines:
         pair = _split(line)
         if pair and pair[0] == key:
             if not found and replacement is not None:

@@ -99,6 +99,27 @@ class WorkerError(CaoError):
         return {"message": str(self), "kind": self.kind, "terminal_id": self.terminal_id}
 
 
+class WorkerAsks(WorkerError):
+    """A worker stopped at a question nobody in cao can answer; it is kept for a while so
+    its caller can answer (`answer_user_prompt`)."""
+
+    kind = "waiting_user_answer"
+
+    def __init__(self, message: str, terminal_id: str, question: str, grace_seconds: float):
+        super().__init__(message, terminal_id)
+        self.question = question
+        self.grace_seconds = grace_seconds
+
+    def detail(self) -> object:
+        return {
+            "message": str(self),
+            "kind": self.kind,
+            "terminal_id": self.terminal_id,
+            "question": self.question,
+            "grace_seconds": self.grace_seconds,
+        }
+
+
 class WaitTimeout(CaoError):
     http_status = 504
     kind = "timeout"

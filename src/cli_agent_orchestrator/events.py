@@ -54,6 +54,7 @@ class StatusChanged(Event):
 class TerminalSpawned(Event):
     terminal_id: str
     session_name: str
+    caller_id: str | None = None  # the terminal that created this worker (handoff, assign)
 
     @property
     def topic(self) -> str:
@@ -185,6 +186,91 @@ class InboxFailed(Event):
     @property
     def topic(self) -> str:
         return f"inbox.{self.receiver_id}.failed"
+
+
+@dataclass(frozen=True)
+class SessionCreated(Event):
+    """A new tmux session exists, holding its first terminal (`terminal_id`)."""
+
+    session_name: str
+    terminal_id: str
+
+    @property
+    def topic(self) -> str:
+        return f"session.{self.session_name}.created"
+
+
+@dataclass(frozen=True)
+class SessionKilled(Event):
+    """A session was deleted: its terminals first (each with its own TerminalRemoved),
+    then its tmux session."""
+
+    session_name: str
+    terminal_ids: tuple[str, ...] = ()
+
+    @property
+    def topic(self) -> str:
+        return f"session.{self.session_name}.killed"
+
+
+@dataclass(frozen=True)
+class HandoffStarted(Event):
+    """One agent step began: an MCP `handoff`, `POST /terminals/run-step`, or a workflow
+    step. `handoff_id` pairs it with its HandoffFinished."""
+
+    handoff_id: str
+    agent: str
+    caller_id: str | None = None
+
+    @property
+    def topic(self) -> str:
+        return f"handoff.{self.handoff_id}.started"
+
+
+@dataclass(frozen=True)
+class HandoffFinished(Event):
+    """The step ended: `ok` with the worker's reply taken (and the worker torn down unless
+    kept), or not, with the error the caller got."""
+
+    handoff_id: str
+    agent: str
+    caller_id: str | None
+    terminal_id: str | None
+    ok: bool
+    error: str = ""
+
+    @property
+    def topic(self) -> str:
+        return f"handoff.{self.handoff_id}.finished"
+
+
+@dataclass(frozen=True)
+class AssignStarted(Event):
+    """An assigned worker exists and its task waits for it to become ready."""
+
+    terminal_id: str
+    caller_id: str | None
+    agent: str
+
+    @property
+    def topic(self) -> str:
+        return f"assign.{self.terminal_id}.started"
+
+
+@dataclass(frozen=True)
+class AssignFinished(Event):
+    """The assigned task was typed into its worker (`ok`), or the worker could not start
+    and was removed. The worker's own work goes on; its status events tell the rest."""
+
+    terminal_id: str
+    caller_id: str | None
+    agent: str
+    ok: bool
+    error: str = ""
+
+    @property
+    def topic(self) -> str:
+        return f"assign.{self.terminal_id}.finished"
 
 
 @dataclass(frozen=True)
@@ -421,3 +507,38 @@ class StepOutputReceived(StepEvent):
     """A step's agent returned structured output (`workflow_return`)."""
 
     journal_type: ClassVar[str] = "step.output.received"
+
+
+# --- scheduled flows ---------------------------------------------------------------------
+# Published after the run's record is committed (flows/runner.py); the record itself is
+# `GET /flows/{name}/runs`.
+
+
+@dataclass(frozen=True)
+class FlowRunStarted(Event):
+    """A flow fired (due time, missed due time at start-up, or `cao flow run`) and its run
+    was recorded; a run that cannot start at all (the flow is still busy) is finished at once."""
+
+    flow_name: str
+    run_id: int
+    trigger: str  # schedule | missed | manual
+
+    @property
+    def topic(self) -> str:
+        return f"flow.{self.flow_name}.started"
+
+
+@dataclass(frozen=True)
+class FlowRunFinished(Event):
+    """A flow run reached its final state: completed (the agent replied), skipped (the gate
+    said no, or the previous run is still busy), failed or interrupted; `reason` says why."""
+
+    flow_name: str
+    run_id: int
+    state: str
+    reason: str | None = None
+    terminal_id: str | None = None
+
+    @property
+    def topic(self) -> str:
+        return f"flow.{self.flow_name}.finished"

@@ -46,6 +46,21 @@ class OrchestrationType(StrEnum):
     ASSIGN = "assign"
 
 
+@dataclass(frozen=True)
+class Worktree:
+    """A worker's own `git worktree`: where it works, on which new branch, made from which
+    repository at which commit. `state` is "active" while its terminal lives; when the
+    terminal is deleted it becomes "removed" (the directory went, the branch stays) or
+    "kept" (`note` says why: uncommitted changes, or git refused)."""
+
+    path: str
+    branch: str
+    repository: str
+    base: str
+    state: str = "active"
+    note: str | None = None
+
+
 @dataclass
 class Terminal:
     id: str
@@ -63,6 +78,7 @@ class Terminal:
     gone: bool = False
     created_at: str = ""
     last_active: str = ""
+    worktree: Worktree | None = None  # its own git worktree (use_worktree), if any
     extra: dict = field(default_factory=dict)
 
 

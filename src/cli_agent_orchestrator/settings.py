@@ -80,6 +80,9 @@ class Settings:
     # How long a statement keeps retrying a database another process holds locked before
     # the request is answered 503 (status changes are kept and written later, never lost).
     db_busy_timeout: float = 10.0
+    # How long a handed-off worker that stopped at a question is kept for its caller to answer
+    # (`answer_user_prompt`) before it is removed; CAO_HANDOFF_GRACE_SECONDS.
+    handoff_grace: float = 300.0
 
     @classmethod
     def from_env(cls) -> Settings:
@@ -112,6 +115,7 @@ class Settings:
             max_body_bytes=_env_max_body_bytes(),
             db_busy_timeout=max(0.1, _env_float("CAO_DB_BUSY_TIMEOUT", 10.0)),
             default_provider=os.environ.get("CAO_DEFAULT_PROVIDER", "").strip() or DEFAULT_PROVIDER,
+            handoff_grace=max(0.0, _env_float("CAO_HANDOFF_GRACE_SECONDS", 300.0)),
         )
 
     @property

@@ -5,12 +5,13 @@ apply, or neither (then it is a `developer`). `resolve_tools` turns that into on
 list; `TABLE` says, for each vocabulary entry, what it is in each CLI's own terms. Providers
 read their column of the table and never keep a mapping of their own.
 
-Semantics of a resolved set:
+Semantics of a resolved set (whether the profile named it or its role gave it):
+- a tool inside the set runs without asking: an agent started by cao works unattended;
 - a tool outside the set is refused by the CLI itself where the CLI can enforce it
   (`ENFORCEMENT` says where it cannot), never silently allowed;
-- a tool inside an *explicit* set (`allowedTools`) runs without asking; a tool inside a
-  role's default set keeps the CLI's own permission prompts (the role only narrows);
-- `*` (or `--yolo`) is unrestricted: no prompts, nothing refused.
+- `*` (or `--yolo`) is unrestricted: no prompts, nothing refused, whatever the set says;
+- a profile that says `permissionMode: default` keeps the CLI's own prompts for the tools
+  inside its set (`keeps_prompts`); what is outside is still refused.
 """
 
 from __future__ import annotations
@@ -84,17 +85,16 @@ TABLE: dict[str, dict[str, tuple[str, ...] | None]] = {
         "opencode_cli": ("webfetch", "websearch"),
         "kiro_cli": ("web_fetch", "web_search"),
     },
+    # The CLI's own helpers: planning, to-do lists, sub-tasks, skills. Tools with effects
+    # (shell, writes, the web) are named by their own entries, so `@builtin` never widens a
+    # read-only set: a reviewer's `@builtin, fs_read, fs_list` cannot write.
     "@builtin": {
-        "claude_code": ("Bash", "BashOutput", "KillShell", *_CLAUDE_READ, *_CLAUDE_LIST, *_CLAUDE_WRITE, *_CLAUDE_WEB)
-        + ("Task", "TodoWrite", "Skill", "SlashCommand"),
-        "codex": ("workspace-write",),
-        "gemini_cli": ("run_shell_command", *_GEMINI_READ, *_GEMINI_LIST, "write_file", "replace")
-        + ("web_fetch", "google_web_search", "save_memory", "write_todos"),
-        "qwen_cli": ("run_shell_command", *_GEMINI_READ, *_GEMINI_LIST, "write_file", "edit")
-        + ("web_fetch", "web_search", "save_memory", "todo_write", "task"),
-        "opencode_cli": ("bash", *_OPENCODE_READ, *_OPENCODE_LIST, "edit", "webfetch", "websearch")
-        + ("task", "skill", "lsp", "codesearch"),
-        "kiro_cli": ("@builtin",),
+        "claude_code": ("Task", "TodoWrite", "Skill", "SlashCommand", "ExitPlanMode"),
+        "codex": ("read-only",),
+        "gemini_cli": ("save_memory", "write_todos"),
+        "qwen_cli": ("save_memory", "todo_write", "task"),
+        "opencode_cli": ("task", "skill", "lsp", "codesearch"),
+        "kiro_cli": ("introspect", "thinking", "todo_list", "knowledge"),
     },
     MCP: {
         "claude_code": ("mcp__{server}{tool}",),  # `@server/tool` → mcp__server__tool
@@ -105,8 +105,11 @@ TABLE: dict[str, dict[str, tuple[str, ...] | None]] = {
         "kiro_cli": ("@{server}",),
     },
 }
-# The builtin names each CLI knows: what is outside a set is refused from these.
-BUILTINS: dict[str, tuple[str, ...]] = {p: TABLE["@builtin"][p] or () for p in PROVIDERS}
+# The builtin names each CLI knows (every row but MCP's): what is outside a set is refused from these.
+BUILTINS: dict[str, tuple[str, ...]] = {
+    p: tuple(dict.fromkeys(name for entry, row in TABLE.items() if entry != MCP for name in row[p] or ()))
+    for p in PROVIDERS
+}
 # How far each CLI enforces a set (README: "Roles and tools").
 ENFORCEMENT = {
     "claude_code": "hard",  # permissions.deny for builtins outside the set; only the set's MCP servers
@@ -114,7 +117,7 @@ ENFORCEMENT = {
     "gemini_cli": "hard",  # excludeTools + mcp.excluded; policy rules allow the set
     "qwen_cli": "hard",  # excludeTools + mcp.excluded; --allowed-tools for the set
     "opencode_cli": "hard",  # permission "*": deny, the set allowed
-    "kiro_cli": "none",  # agent JSON `tools` (kiro_cli.agent_tools) would be hard; nothing writes it yet
+    "kiro_cli": "hard",  # the agent JSON `cao install` writes: Kiro offers only its `tools` (kiro_agent)
 }
 
 ROLE_DEFAULTS: dict[str, tuple[str, ...]] = {
@@ -123,6 +126,11 @@ ROLE_DEFAULTS: dict[str, tuple[str, ...]] = {
     "developer": ("@builtin", "fs_*", "execute_bash", "web_fetch", f"@{CAO_SERVER}"),
 }
 FALLBACK_ROLE = "developer"
+
+
+def keeps_prompts(profile_extra: Mapping) -> bool:
+    """The profile asks for the CLI's own permission prompts inside its set."""
+    return profile_extra.get("permissionMode") == "default"
 
 
 def check_tool(name: object, where: str) -> str:
@@ -145,7 +153,7 @@ def roles(home: Path) -> dict[str, tuple[str, ...]]:
 @dataclass(frozen=True)
 class ToolSet:
     tools: list[str]
-    explicit: bool  # from allowedTools (or the request): tools in the set run without asking
+    source: str  # where the set came from, for people: "allowedTools" or "role developer (default)"
 
 
 def resolve_tools(
@@ -164,10 +172,10 @@ def resolve_tools(
     if role is not None and role not in known:
         raise InvalidInput(f"{where}: unknown role {role!r} (known: {', '.join(sorted(known))})")
     if allowed_tools is not None:
-        return ToolSet([check_tool(t, where) for t in allowed_tools], explicit=True)
+        return ToolSet([check_tool(t, where) for t in allowed_tools], "allowedTools")
     tools = list(known[role or FALLBACK_ROLE])
     tools += [f"@{name}" for name in mcp_servers or {} if f"@{name}" not in tools]
-    return ToolSet(tools, explicit=False)
+    return ToolSet(tools, f"role {role}" if role else f"role {FALLBACK_ROLE} (no role or allowedTools)")
 
 
 def names(provider: str, tools: Iterable[str]) -> list[str]:
@@ -193,7 +201,7 @@ def servers(tools: Iterable[str]) -> set[str]:
 
 def refused_builtins(provider: str, tools: list[str]) -> list[str]:
     """The CLI's builtin tools outside the set: what it must refuse."""
-    if UNRESTRICTED in tools or "@builtin" in tools:
+    if UNRESTRICTED in tools:
         return []
     inside = set(names(provider, tools))
     return [name for name in BUILTINS[provider] if name not in inside]

@@ -1,7 +1,8 @@
 """`<home>/settings.json`: settings a user edits by hand, read at each use (no restart).
 
 Keys: `extra_profile_dirs` (directories searched for agent profiles after the agent store
-and before the built-ins) and `roles` (user-defined roles: `{name: [tool, …]}`). A broken
+and before the built-ins), `roles` (user-defined roles: `{name: [tool, …]}`) and `plugins`
+(which plugins run and their settings; read once, at server start: see plugins/manager.py). A broken
 file is an error that names the file, never a silent fallback to defaults.
 """
 
@@ -49,4 +50,12 @@ def user_roles(home: Path) -> dict[str, list[str]]:
         for name, tools in raw.items()
     ):
         raise InvalidInput(f"settings file {settings_path(home)}: roles must map a role name to a list of tools")
+    return raw
+
+
+def plugin_settings(home: Path) -> dict:
+    """`plugins`: `{"enabled": [name, …], "modules": {name: "module[:attr]"}, name: {…}}`."""
+    raw = _read(home).get("plugins", {})
+    if not isinstance(raw, dict):
+        raise InvalidInput(f"settings file {settings_path(home)}: plugins must be a JSON object")
     return raw

@@ -11,9 +11,11 @@ from fastapi.middleware.cors import CORSMiddleware
 from .. import __version__
 from ..bootstrap import Runtime, build_runtime
 from ..settings import Settings
+from .actor import ActorMiddleware
 from .auth import OwnerOrToken
 from .errors import EVERY_ROUTE, install_error_handlers
 from .events_stream import router as events_router
+from .flow_routes import router as flow_router
 from .limits import BodySizeLimit
 from .profile_routes import router as profile_router
 from .routes import router
@@ -64,19 +66,23 @@ def create_app(settings: Settings | None = None, runtime: Runtime | None = None)
 
     @app.get("/diagnostics", responses=EVERY_ROUTE)
     async def diagnostics(request: Request) -> dict:
-        """Event-bus queues, drops and consumer failures: nothing fails silently."""
+        """Event-bus queues, drops and consumer failures, and each enabled plugin's state and
+        failures (or why it is not running): nothing fails silently."""
         runtime: Runtime = request.app.state.runtime
         return {
             "subscribers": runtime.bus.stats(),
             "consumer_failures": [f.__dict__ for f in runtime.bus.failures],
             "terminals": runtime.monitor.stats(),
+            "plugins": runtime.plugins.stats(),
         }
 
     app.include_router(router)
     app.include_router(workflow_router)
+    app.include_router(flow_router)
     app.include_router(events_router)
     app.include_router(profile_router)
     app.add_middleware(BodySizeLimit, max_bytes=settings.max_body_bytes)
+    app.add_middleware(ActorMiddleware)  # what a request causes is credited to its client
     app.add_middleware(
         CORSMiddleware,
         allow_origins=cors_origins(settings),

@@ -1,5 +1,6 @@
 """HTTP routes for agent profiles: the catalogue and one profile, as written (never with
-`.env` values filled in). Static sub-paths of `/agents/profiles/` go above `{name}`.
+`.env` values filled in), and installing one (profile_install). Static sub-paths of
+`/agents/profiles/` go above `{name}`.
 """
 
 from __future__ import annotations
@@ -7,8 +8,11 @@ from __future__ import annotations
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Path, Request
+from pydantic import BaseModel, ConfigDict, Field
 
 from ..profile_catalog import catalog, details, find_entry, summary
+from ..profile_install import InstallConfig, install_profile
+from ..services.launch import mcp_server_argv
 from .errors import EVERY_ROUTE, answers
 from .limits import StrictJsonRoute
 
@@ -31,6 +35,38 @@ def list_profiles(request: Request) -> list[dict[str, Any]]:
     store), `custom` (an `extra_profile_dirs` entry) or `built-in`; a file that does not parse
     has `loadable: false` and `error`; `duplicated_in` lists the files of the same name it hides."""
     return [summary(entry) for entry in catalog(_home(request))]
+
+
+class InstallRequest(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    source: str = Field(min_length=1, max_length=2048, description="a profile name or an allow-listed https URL")
+    provider: str | None = Field(default=None, max_length=64)
+    env_vars: dict[str, str] | None = Field(default=None, max_length=64, description="written to the cao .env")
+
+
+class InstallResponse(BaseModel):
+    success: bool
+    message: str
+    agent_name: str
+    context_file: str = Field(description="the profile as installed: <home>/agent-store/NAME.md")
+    agent_file: str | None = Field(description="the provider's file (Kiro agent JSON), null when none is needed")
+    unresolved_vars: list[str] = Field(description="${VAR} names the cao .env does not set")
+    source_kind: str = Field(description="name | url")
+    provider: str
+
+
+@router.post("/install", responses=answers(400, 422))
+def install(request: Request, body: InstallRequest) -> InstallResponse:
+    """Install a profile by name or from an https URL whose host is in
+    CAO_PROFILE_ALLOWED_HOSTS (a local path is refused: files only through `cao install`).
+    Writes `<home>/agent-store/NAME.md`, `env_vars` to `<home>/.env`, and for kiro_cli the
+    Kiro agent JSON; 400 names the problem, and then nothing was written."""
+    runtime = request.app.state.runtime
+    config = InstallConfig.from_environ(
+        runtime.settings.home_dir, runtime.settings.default_provider, runtime.terminals.environ, mcp_server_argv()
+    )
+    result = install_profile(body.source, config, provider=body.provider, env_vars=body.env_vars, allow_files=False)
+    return InstallResponse(**result.as_dict())
 
 
 @router.get("/{name}", responses=answers(404, 422))

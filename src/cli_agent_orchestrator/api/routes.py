@@ -11,13 +11,14 @@ import shutil
 from typing import Annotated, Literal
 
 from fastapi import APIRouter, Body, Header, Path, Query, Request, status
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from ..errors import InvalidInput, Unprocessable
 from ..events import HookReceived
 from ..models import MessageStatus, OrchestrationType
 from ..providers.registry import get_provider, provider_names
 from ..services.orchestration import StepRequest
+from ..services.terminals.engines import terminal_engine
 from ..services.terminals.spawn import CreateRequest
 from ..workflows.script_steps import parse_identity
 from .errors import EVERY_ROUTE, answers
@@ -31,7 +32,9 @@ from .schemas import (
     InitialMessage,
     InputBody,
     KeyBody,
+    SessionBody,
     TerminalOut,
+    WorktreeOut,
 )
 
 router = APIRouter(route_class=StrictJsonRoute, responses=EVERY_ROUTE)
@@ -44,6 +47,7 @@ Name = Annotated[str | None, Query(max_length=MAX_NAME)]
 WorkingDirectory = Annotated[str | None, Query(max_length=MAX_PATH)]
 ToolList = Annotated[str | None, Query(max_length=MAX_PATH, description="comma-separated tool names")]
 CallerId = Annotated[str | None, Query(pattern=r"^[a-f0-9]{8}$")]
+Engine = Annotated[str | None, Query(max_length=MAX_NAME, description="Kiro CLI's agent engine: v2 (kas is refused)")]
 # Error statuses by what a route does (400, 401, 403 and 413 come with every route; 503 with every
 # route that uses the database).
 LISTS = answers(503)
@@ -101,7 +105,9 @@ async def create_session(
     allowed_tools: ToolList = None,
     model: Name = None,
     yolo: bool = False,
-    body: Annotated[InitialMessage | None, Body()] = None,
+    engine: Engine = None,
+    use_worktree: bool = False,
+    body: Annotated[SessionBody | None, Body()] = None,
 ) -> TerminalOut:
     req = CreateRequest(
         agent_profile=agent_profile,
@@ -112,6 +118,9 @@ async def create_session(
         allowed_tools=_tools(allowed_tools),
         model=model,
         yolo=yolo,
+        engine=engine,
+        use_worktree=use_worktree,
+        env_vars=body.env_vars if body else None,
     )
     return await _create(request, req, body)
 
@@ -149,6 +158,8 @@ async def create_terminal(
     defer_init: bool = False,
     model: Name = None,
     yolo: bool = False,
+    engine: Engine = None,
+    use_worktree: bool = False,
     body: Annotated[InitialMessage | None, Body()] = None,
 ) -> TerminalOut:
     if body and body.initial_message is not None and not defer_init:
@@ -164,6 +175,8 @@ async def create_terminal(
         model=model,
         yolo=yolo,
         wait_ready=not defer_init,
+        engine=engine,
+        use_worktree=use_worktree,
     )
     return await _create(request, req, body)
 
@@ -247,8 +260,10 @@ async def exit_terminal(request: Request, terminal_id: TerminalId) -> dict:
 
 @router.delete("/terminals/{terminal_id}", responses=ABOUT_ONE)
 async def delete_terminal(request: Request, terminal_id: TerminalId) -> dict:
-    await rt(request).terminals.delete(terminal_id)
-    return {"success": True}
+    released = await rt(request).terminals.delete(terminal_id)
+    if released is None:
+        return {"success": True}
+    return {"success": True, "worktree": WorktreeOut.of(released).model_dump()}
 
 
 @router.post("/terminals/{terminal_id}/restore", responses=ABOUT_ONE)
@@ -257,9 +272,29 @@ async def restore_terminal(request: Request, terminal_id: TerminalId) -> dict:
 
 
 # --- CLI hooks ----------------------------------------------------------------------
+HOOK_EVENT_PATTERN = r"^[A-Za-z0-9_.:-]+$"
+
+
 class HookBody(BaseModel):
-    event: str = Field(..., min_length=1, max_length=64, pattern=r"^[A-Za-z0-9_.:-]+$")
-    payload: dict = Field(default_factory=dict)
+    """cao-hook's `{"event", "payload"}`, or a CLI's own hook JSON as an HTTP hook posts it
+    (Claude Code's `"type": "http"` hooks: the event in `hook_event_name`, the JSON its payload)."""
+
+    model_config = ConfigDict(extra="allow")
+    event: str | None = Field(None, min_length=1, max_length=64, pattern=HOOK_EVENT_PATTERN)
+    payload: dict | None = None
+    hook_event_name: str | None = Field(None, min_length=1, max_length=64, pattern=HOOK_EVENT_PATTERN)
+
+    @model_validator(mode="after")
+    def _names_an_event(self) -> HookBody:
+        if self.event is None and self.hook_event_name is None:
+            raise ValueError("a hook needs `event` (cao-hook's form) or `hook_event_name` (a CLI's own hook JSON)")
+        return self
+
+    def event_and_payload(self) -> tuple[str, dict]:
+        if self.event is not None:
+            return self.event, self.payload or {}
+        assert self.hook_event_name is not None
+        return self.hook_event_name, self.model_dump(exclude={"event"}, exclude_none=True)
 
 
 @router.post("/terminals/{terminal_id}/hooks", responses=ABOUT_ONE)
@@ -269,12 +304,15 @@ async def post_hook(
     body: HookBody,
     x_cao_hook_secret: Annotated[str | None, Header(max_length=128)] = None,
 ) -> dict:
-    """A CLI's own hook event, sent by `cao-hook` with the terminal's secret (header
-    `X-CAO-Hook-Secret`, from CAO_HOOK_SECRET in the agent's environment; 403 without it).
-    The status monitor alone decides what it means, in order with the input before it."""
+    """A CLI's own hook event, with the terminal's secret (header `X-CAO-Hook-Secret`, from
+    CAO_HOOK_SECRET in the agent's environment; 403 without it): sent by `cao-hook`, or by a
+    CLI's HTTP hook. The providers' hooks use the hook channel (services/terminals/hook_channel.py),
+    which takes the same two steps. The status monitor alone decides what an event means, in
+    order with the input before it."""
     runtime = rt(request)
     await runtime.terminals.check_hook_secret(terminal_id, x_cao_hook_secret)
-    runtime.bus.publish(HookReceived(terminal_id, body.event, body.payload))
+    event, payload = body.event_and_payload()
+    runtime.bus.publish(HookReceived(terminal_id, event, payload))
     return {"success": True}
 
 
@@ -336,11 +374,17 @@ class RunStepBody(BaseModel):
     env_vars: dict[str, object] | None = None  # checked by parse_identity, values never echoed
     recovery: Literal["idempotent", "reconcile", "manual"] | None = None
     reuse_terminal_id: str | None = Field(None, pattern=r"^[a-f0-9]{8}$")
+    use_worktree: bool = False
+    engine: str | None = Field(None, max_length=MAX_NAME)  # checked by the spawner: 400, not 422
 
 
 @router.post("/terminals/run-step", responses={**CREATES, **answers(409)})
 async def run_step(request: Request, body: RunStepBody) -> dict:
     fields = body.model_dump(exclude={"env_vars", "recovery"})
+    if body.use_worktree and body.reuse_terminal_id is not None:
+        raise InvalidInput(
+            "use_worktree and reuse_terminal_id cannot be combined: the reused terminal has its directory"
+        )
     if body.env_vars is None:
         result = await rt(request).orchestration.run_step(StepRequest(**fields))
         return {
@@ -350,6 +394,8 @@ async def run_step(request: Request, body: RunStepBody) -> dict:
             "replayed": False,
             "elapsed": round(result.elapsed, 3),
             "provider": result.provider,
+            "engine": terminal_engine(result.provider) if result.provider else None,
+            "worktree": WorktreeOut.of(result.worktree).model_dump() if result.worktree else None,
         }
     if body.reuse_terminal_id is not None:
         raise Unprocessable(

@@ -4,11 +4,28 @@ from __future__ import annotations
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from ..models import InboxMessage, OrchestrationType, Terminal
+from ..models import InboxMessage, OrchestrationType, Terminal, Worktree
+from ..services.terminals.engines import terminal_engine
 
 MAX_TEXT = 1_000_000  # characters in one message; a 100 KB task is routine
 MAX_PATH = 4096  # characters in a path (PATH_MAX on Linux)
 MAX_NAME = 128  # a profile, provider, model or session name (the services allow at most 128)
+
+
+class WorktreeOut(BaseModel):
+    """A worker's own git worktree (`use_worktree`). state: active while the terminal lives;
+    after a delete, removed (the branch stays) or kept (`note` says why)."""
+
+    path: str
+    branch: str
+    repository: str
+    base: str
+    state: str = "active"
+    note: str | None = None
+
+    @classmethod
+    def of(cls, w: Worktree) -> WorktreeOut:
+        return cls(path=w.path, branch=w.branch, repository=w.repository, base=w.base, state=w.state, note=w.note)
 
 
 class TerminalOut(BaseModel):
@@ -27,6 +44,8 @@ class TerminalOut(BaseModel):
     gone: bool = False
     created_at: str = ""
     last_active: str = ""
+    engine: str | None = None  # Kiro CLI's agent engine; null for CLIs without engines
+    worktree: WorktreeOut | None = None
 
     @classmethod
     def of(cls, t: Terminal) -> TerminalOut:
@@ -46,6 +65,8 @@ class TerminalOut(BaseModel):
             gone=t.gone,
             created_at=t.created_at,
             last_active=t.last_active,
+            engine=terminal_engine(t.provider),
+            worktree=WorktreeOut.of(t.worktree) if t.worktree else None,
         )
 
 
@@ -53,6 +74,11 @@ class InitialMessage(BaseModel):
     model_config = ConfigDict(extra="forbid")
     initial_message: str | None = Field(None, max_length=MAX_TEXT)
     initial_message_orchestration_type: OrchestrationType | None = None
+
+
+class SessionBody(InitialMessage):
+    # Variables for the agent's environment only (cao never stores them); checked by the spawner.
+    env_vars: dict[str, str] | None = Field(None, max_length=64)
 
 
 class InputBody(BaseModel):

@@ -11,6 +11,7 @@ from typing import Any
 import click
 import httpx
 
+from ..actor import CLIENT_HEADER
 from ..auth_token import auth_headers
 from ..client_edge import describe_detail
 from ..settings import Settings
@@ -37,6 +38,7 @@ class CaoClient:
         settings = settings or Settings.from_env()
         # The token where it can be read; without it the server still admits its owner on loopback.
         headers = auth_headers(settings.home_dir, settings.client_auth_token)
+        headers[CLIENT_HEADER] = "cli"  # the audit log credits what this client causes to "cli"
         # trust_env=False: cao-server is local; a user's HTTP(S)_PROXY must not capture its traffic.
         self._http = httpx.Client(base_url=base_url, timeout=timeout, trust_env=False, headers=headers)
 

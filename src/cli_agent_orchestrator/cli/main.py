@@ -10,10 +10,12 @@ from __future__ import annotations
 import click
 
 from .. import __version__
-from .commands.admin import init, install, mcp_server, shutdown
+from .commands.admin import init, mcp_server, ops_mcp_server, shutdown
 from .commands.attach import attach
 from .commands.env import env
+from .commands.flow import flow, schedule
 from .commands.info import info
+from .commands.install import install
 from .commands.launch import launch
 from .commands.profile import profile
 from .commands.sessions import session
@@ -27,7 +29,23 @@ def cli() -> None:
     """Run coding-agent CLIs in tmux and orchestrate them (client of cao-server)."""
 
 
-for command in (launch, attach, info, session, terminal, workflow, shutdown, init, install, mcp_server, profile, env):
+for command in (
+    launch,
+    attach,
+    info,
+    session,
+    terminal,
+    workflow,
+    flow,
+    schedule,
+    shutdown,
+    init,
+    install,
+    mcp_server,
+    ops_mcp_server,
+    profile,
+    env,
+):
     cli.add_command(command)
 
 

@@ -26,6 +26,14 @@ Timeout = Annotated[int, Field(description="Seconds to wait for the worker to fi
 WorkDir = Annotated[str | None, Field(description="Absolute directory the worker starts in (default: cao's)")]
 Model = Annotated[str | None, Field(description="Model for the worker's CLI (default: the profile's)")]
 TerminalId = Annotated[str, Field(description="Terminal id: 8 lowercase hex characters")]
+Engine = Annotated[str | None, Field(description="Kiro CLI's agent engine, v2 (kas is refused); ignored by other CLIs")]
+UseWorktree = Annotated[
+    bool,
+    Field(
+        description="Give the worker its own git worktree on a new branch of your repository; "
+        "the result names the branch"
+    ),
+]
 
 HANDOFF_DOC = """Hand a task to a new agent and wait for its answer.
 
@@ -109,7 +117,10 @@ schema lists as `required` are checked: validated is false and errors names the
 missing ones (the output is still recorded, so call again with the fixed object)."""
 
 
-def add_workflow_tools(server: MCPServer, wf: WorkflowTools) -> None:
+def add_workflow_tools(server: MCPServer, wf: WorkflowTools, *, step_tools: bool = True) -> None:
+    """Register the workflow tools; `step_tools=False` leaves out workflow_return, which only a
+    workflow step's own agent can use (the ops server's callers are outside cao)."""
+
     async def workflow_run(name_or_path: NameOrPath, inputs: Inputs = None, run_id: NewRunId = None) -> dict[str, Any]:
         return await wf.run(name_or_path, inputs, run_id)
 
@@ -174,7 +185,8 @@ def add_workflow_tools(server: MCPServer, wf: WorkflowTools) -> None:
     server.add_tool(workflow_events, description=WORKFLOW_EVENTS_DOC)
     server.add_tool(workflow_resume, description=WORKFLOW_RESUME_DOC)
     server.add_tool(workflow_cancel, description=WORKFLOW_CANCEL_DOC)
-    server.add_tool(workflow_return, description=WORKFLOW_RETURN_DOC)
+    if step_tools:
+        server.add_tool(workflow_return, description=WORKFLOW_RETURN_DOC)
 
 
 def build_server(config: ToolConfig | None = None) -> MCPServer:
@@ -191,24 +203,40 @@ def build_server(config: ToolConfig | None = None) -> MCPServer:
             timeout: Timeout = 600,
             working_directory: WorkDir = None,
             model: Model = None,
+            engine: Engine = None,
+            use_worktree: UseWorktree = False,
         ) -> dict[str, Any]:
-            return await tools.handoff(agent_profile, message, timeout, working_directory, model)
+            return await tools.handoff(agent_profile, message, timeout, working_directory, model, engine, use_worktree)
 
         async def assign(
-            agent_profile: Profile, message: Task, working_directory: WorkDir = None, model: Model = None
+            agent_profile: Profile,
+            message: Task,
+            working_directory: WorkDir = None,
+            model: Model = None,
+            engine: Engine = None,
+            use_worktree: UseWorktree = False,
         ) -> dict[str, Any]:
-            return await tools.assign(agent_profile, message, working_directory, model)
+            return await tools.assign(agent_profile, message, working_directory, model, engine, use_worktree)
     else:
 
         async def handoff(  # type: ignore[misc]  # the other variant: a tool schema of its own
-            agent_profile: Profile, message: Task, timeout: Timeout = 600, model: Model = None
+            agent_profile: Profile,
+            message: Task,
+            timeout: Timeout = 600,
+            model: Model = None,
+            engine: Engine = None,
+            use_worktree: UseWorktree = False,
         ) -> dict[str, Any]:
-            return await tools.handoff(agent_profile, message, timeout, None, model)
+            return await tools.handoff(agent_profile, message, timeout, None, model, engine, use_worktree)
 
         async def assign(  # type: ignore[misc]  # the other variant: a tool schema of its own
-            agent_profile: Profile, message: Task, model: Model = None
+            agent_profile: Profile,
+            message: Task,
+            model: Model = None,
+            engine: Engine = None,
+            use_worktree: UseWorktree = False,
         ) -> dict[str, Any]:
-            return await tools.assign(agent_profile, message, None, model)
+            return await tools.assign(agent_profile, message, None, model, engine, use_worktree)
 
     async def send_message(
         message: Annotated[str, Field(description="The message text")],

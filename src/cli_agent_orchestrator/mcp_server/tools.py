@@ -68,6 +68,26 @@ def message_suffix(me: str) -> str:
     return f"\n\n[Message from terminal {me}. Use send_message MCP tool for any follow-up work.]"
 
 
+def worktree_sentence(worktree: object) -> tuple[str, str | None]:
+    """The sentence that names the worker's branch (use_worktree), and the branch; ("", None)
+    for a worker without a worktree. `worktree` is cao-server's answer for it."""
+    if not isinstance(worktree, dict) or not isinstance(worktree.get("branch"), str):
+        return "", None
+    branch, path = worktree["branch"], worktree.get("path")
+    if worktree.get("state") == "kept":
+        return f" The worker's branch is {branch}; its worktree {path} was kept: {worktree.get('note')}.", branch
+    if worktree.get("state") == "removed":
+        return f" The worker's commits are on branch {branch}; its worktree was removed (it was clean).", branch
+    return f" The worker works on branch {branch} in its own worktree {path}.", branch
+
+
+def engine_sentence(engine: str | None, answer: dict) -> str:
+    """A note when the requested engine was ignored (cao-server shows engine null: no engines)."""
+    if engine is None or answer.get("engine") is not None:
+        return ""
+    return f" Note: engine {engine} was ignored: {answer.get('provider') or 'this provider'} has no engines."
+
+
 class OrchestratorTools:
     def __init__(self, config: ToolConfig, api: CaoApi | None = None):
         self.config = config
@@ -107,6 +127,8 @@ class OrchestratorTools:
         timeout: int = 600,
         working_directory: str | None = None,
         model: str | None = None,
+        engine: str | None = None,
+        use_worktree: bool = False,
     ) -> Result:
         def fail(text: str, terminal_id: str | None = None) -> Result:
             return {"success": False, "message": text, "output": None, "terminal_id": terminal_id}
@@ -142,6 +164,8 @@ class OrchestratorTools:
             "teardown": True,
             "working_directory": working_directory,
             "model": model,
+            "engine": engine,
+            "use_worktree": use_worktree,
         }
         started = time.monotonic()
         resp = await self.api.post("/terminals/run-step", json=body, timeout=timeout + HANDOFF_HTTP_MARGIN)
@@ -149,19 +173,26 @@ class OrchestratorTools:
             elapsed = resp.body.get("elapsed")
             seconds = float(elapsed) if isinstance(elapsed, (int, float)) else time.monotonic() - started
             note = await self._crowding_note(caller.get("session_name") if caller else None)
-            return {
+            on_branch, branch = worktree_sentence(resp.body.get("worktree"))
+            result = {
                 "success": True,
                 "message": f"Successfully handed off to {agent_profile} "
-                f"({resp.body.get('provider') or 'default provider'}) in {seconds:.2f}s{note}",
+                f"({resp.body.get('provider') or 'default provider'}) in {seconds:.2f}s"
+                f"{on_branch}{engine_sentence(engine, resp.body)}{note}",
                 "output": resp.body.get("last_message"),
                 "terminal_id": resp.body.get("terminal_id"),
             }
+            if branch is not None:
+                result["branch"] = branch
+            return result
         return fail(*self._handoff_failure(resp, timeout))
 
     @staticmethod
     def _handoff_failure(resp: ApiResponse, timeout: int) -> tuple[str, str | None]:
         detail = resp.detail
         worker = detail.get("terminal_id") if isinstance(detail, dict) else None
+        if resp.status == 502 and isinstance(detail, dict) and detail.get("kind") == "waiting_user_answer":
+            return f"Handoff paused: {detail.get('message')}", worker
         if resp.status == 502:
             return f"Handoff failed: worker errored ({describe_detail(detail)})", worker
         if resp.status == 504 or resp.timed_out:
@@ -172,7 +203,13 @@ class OrchestratorTools:
 
     # --- assign ---------------------------------------------------------------------------
     async def assign(
-        self, agent_profile: str, message: str, working_directory: str | None = None, model: str | None = None
+        self,
+        agent_profile: str,
+        message: str,
+        working_directory: str | None = None,
+        model: str | None = None,
+        engine: str | None = None,
+        use_worktree: bool = False,
     ) -> Result:
         def fail(text: str) -> Result:
             return {"success": False, "terminal_id": None, "message": f"Assignment failed: {text}"}
@@ -200,6 +237,8 @@ class OrchestratorTools:
             "defer_init": "true",
             "working_directory": working_directory,
             "model": model,
+            "engine": engine,
+            "use_worktree": "true" if use_worktree else None,
         }
         resp = await self.api.post(
             f"/sessions/{session}/terminals",
@@ -210,13 +249,18 @@ class OrchestratorTools:
             return fail(resp.error or "unexpected answer from cao-server")
         worker = resp.body["id"]
         note = await self._crowding_note(session)
-        return {
+        on_branch, branch = worktree_sentence(resp.body.get("worktree"))
+        result = {
             "success": True,
             "terminal_id": worker,
             "message": f"Task assigned to {agent_profile} (terminal: {worker}). Worker is initializing in "
             "the background; your task will be delivered once it is ready. Call "
-            f"delete_terminal('{worker}') when you no longer need this terminal.{note}",
+            f"delete_terminal('{worker}') when you no longer need this terminal."
+            f"{on_branch}{engine_sentence(engine, resp.body)}{note}",
         }
+        if branch is not None:
+            result["branch"] = branch
+        return result
 
     # --- send_message ---------------------------------------------------------------------
     async def send_message(self, message: str, receiver_id: str | None = None) -> Result:
@@ -285,7 +329,9 @@ class OrchestratorTools:
             return {"success": False, "message": error}
         resp = await self.api.delete(f"/terminals/{terminal_id}")
         if resp.ok:
-            return {"success": True, "message": f"Terminal {terminal_id} deleted successfully"}
+            on_branch, _ = worktree_sentence(resp.body.get("worktree") if isinstance(resp.body, dict) else None)
+            text = f"Terminal {terminal_id} deleted successfully" + (f".{on_branch}" if on_branch else "")
+            return {"success": True, "message": text}
         if resp.status == 404:
             return {"success": False, "message": f"Terminal {terminal_id} not found"}
         return {"success": False, "message": f"Failed to delete terminal {terminal_id}: {resp.error}"}

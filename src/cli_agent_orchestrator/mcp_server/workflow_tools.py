@@ -14,7 +14,7 @@ import functools
 import json
 import os
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import httpx
@@ -41,17 +41,24 @@ def fail(error: str, **extra: Any) -> Envelope:
     return {"ok": False, "error": error, **extra}
 
 
-def guarded(method: Any) -> Any:
-    """The contract holds even for a surprise (an odd answer shape): an envelope, not a raise."""
+def guarded_by(failure: Callable[[str], Envelope]) -> Callable[[Any], Any]:
+    """A decorator for tool methods: the contract holds even for a surprise (an odd answer
+    shape), which becomes `failure(<line>)`, not a raise. Shared with the ops tools."""
 
-    @functools.wraps(method)
-    async def wrapper(self: Any, *args: Any, **kwargs: Any) -> Envelope:
-        try:
-            return await method(self, *args, **kwargs)
-        except Exception as exc:  # noqa: BLE001
-            return fail(f"unexpected failure in {method.__name__}: {type(exc).__name__}: {exc}")
+    def guard(method: Any) -> Any:
+        @functools.wraps(method)
+        async def wrapper(self: Any, *args: Any, **kwargs: Any) -> Envelope:
+            try:
+                return await method(self, *args, **kwargs)
+            except Exception as exc:  # noqa: BLE001
+                return failure(f"unexpected failure in {method.__name__}: {type(exc).__name__}: {exc}")
 
-    return wrapper
+        return wrapper
+
+    return guard
+
+
+guarded = guarded_by(fail)
 
 
 def http_failure(resp: ApiResponse) -> Envelope:

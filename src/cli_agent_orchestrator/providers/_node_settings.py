@@ -12,16 +12,14 @@ from __future__ import annotations
 import json
 import os
 import re
-import shlex
 from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
 from .. import tool_policy
 from .base import LaunchContext, Screen
-from .common import MCP_SERVER_NAME, hook_argv, mcp_server
+from .common import HOOK_TIMEOUT_S, MCP_SERVER_NAME, hook_command, mcp_server
 
-HOOK_TIMEOUT_MS = 5000  # cao-hook gives up after 2 s itself; this only bounds a stuck interpreter
 # Keys a profile's `mcpServers` entry may carry over to the CLI's settings.
 _MCP_KEYS = ("command", "args", "env", "cwd", "url", "httpUrl", "headers", "timeout", "trust")
 
@@ -76,8 +74,8 @@ def tool_limits(provider: str, ctx: LaunchContext) -> dict[str, Any]:
     return out
 
 
-def hooks(events: Iterable[str]) -> dict[str, list]:
-    """`hooks` settings that run `cao-hook EVENT` for each event (JSON payload on stdin)."""
+def hooks(ctx: LaunchContext, events: Iterable[str]) -> dict[str, list]:
+    """`hooks` settings that report each event through the hook channel (JSON payload on stdin)."""
     return {
         event: [
             {
@@ -85,8 +83,8 @@ def hooks(events: Iterable[str]) -> dict[str, list]:
                     {
                         "type": "command",
                         "name": "cao-hook",
-                        "command": shlex.join(hook_argv(event)),
-                        "timeout": HOOK_TIMEOUT_MS,
+                        "command": hook_command(ctx, event),
+                        "timeout": HOOK_TIMEOUT_S * 1000,  # ms
                     }
                 ]
             }

@@ -50,10 +50,8 @@ class LaunchContext:
     home_dir: Path  # the cao home; providers may write per-terminal files under home/tmp
     model: str | None = None
     # cao's tool vocabulary, resolved (tool_policy.resolve_tools); None: no policy at all.
+    # Tools inside run without asking, tools outside are refused; yolo: unrestricted.
     allowed_tools: list[str] | None = None
-    # The set came from allowedTools: its tools run without asking. False: a role's default
-    # set, whose tools keep the CLI's own prompts (what is outside is still refused).
-    tools_explicit: bool = True
     yolo: bool = False
     mcp_server_argv: list[str] = field(default_factory=list)  # how to start cao-mcp-server
     profile_extra: dict = field(default_factory=dict)  # provider-specific frontmatter
@@ -82,6 +80,10 @@ def no_dialog_keys(screen: Screen, answer: str) -> Sequence[str] | None:
 
 
 def no_hook_reply(event: str, payload: dict) -> str | None:
+    return None
+
+
+def no_preflight(profile_name: str, environ: Mapping[str, str]) -> str | None:
     return None
 
 
@@ -125,3 +127,6 @@ class Provider:
     # A pause between the paste and Enter for CLIs that read an Enter arriving right
     # after a paste as part of it (Gemini turns it into a newline). A CLI quirk, not sync.
     enter_delay_s: float = 0.0
+    # Why a launch of this profile cannot work (a file the CLI needs is missing), or None;
+    # checked before anything is allocated, so the request is a 400 that says what to do.
+    preflight: Callable[[str, Mapping[str, str]], str | None] = no_preflight

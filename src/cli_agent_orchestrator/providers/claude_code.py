@@ -18,7 +18,6 @@ from __future__ import annotations
 import json
 import os
 import re
-import shlex
 import shutil
 import uuid
 from collections.abc import Mapping
@@ -28,7 +27,7 @@ from typing import Any
 from .. import tool_policy
 from ..models import TerminalStatus
 from .base import Launch, LaunchContext, Provider, Screen, StatusReading, stop_hook_message
-from .common import MCP_SERVER_NAME, hook_argv, mcp_server, terminal_dir
+from .common import HOOK_TIMEOUT_S, MCP_SERVER_NAME, hook_command, mcp_server, terminal_dir
 
 HOOK_EVENTS = ("SessionStart", "UserPromptSubmit", "Stop", "StopFailure")
 PERMISSION_MODES = ("acceptEdits", "auto", "default", "dontAsk", "plan")
@@ -43,13 +42,13 @@ def _bypass(ctx: LaunchContext) -> bool:
 
 
 def permissions(ctx: LaunchContext) -> dict[str, list[str]]:
-    """The tool set (tool_policy's table) as Claude's allow/deny rules: an explicit set runs
-    without asking; builtins and profile MCP servers outside the set are denied (deny wins)."""
+    """The tool set (tool_policy's table) as Claude's allow/deny rules: the set runs without
+    asking; builtins and profile MCP servers outside it are denied (deny wins)."""
     # cao's own tools never ask: delegating is what a cao agent is for.
     allow, deny = [f"mcp__{MCP_SERVER_NAME}"], []
     tools = ctx.allowed_tools
     if tools is not None and not _bypass(ctx):
-        if ctx.tools_explicit:
+        if not tool_policy.keeps_prompts(ctx.profile_extra):
             allow += [name for name in tool_policy.names("claude_code", tools) if name not in allow]
         deny = tool_policy.refused_builtins("claude_code", tools)
         declared = ctx.profile_extra.get("mcpServers")
@@ -59,8 +58,10 @@ def permissions(ctx: LaunchContext) -> dict[str, list[str]]:
 
 
 def settings(ctx: LaunchContext) -> dict[str, Any]:
+    # Claude runs these synchronously (UserPromptSubmit and Stop in every turn): the hook
+    # channel's bash script, a few ms, where a Python start took ~0.1 s.
     hooks = {
-        event: [{"hooks": [{"type": "command", "command": shlex.join(hook_argv(event)), "timeout": 10}]}]
+        event: [{"hooks": [{"type": "command", "command": hook_command(ctx, event), "timeout": HOOK_TIMEOUT_S}]}]
         for event in HOOK_EVENTS
     }
     out: dict[str, Any] = {

@@ -6,7 +6,7 @@ user's `$CODEX_HOME/config.toml` is only read, never written, and their login in
 line into a 0700 launch script under `terminal_dir`, since tmux refuses a
 command longer than ~16 KB and a system prompt can be longer than that.
 
-Status: Codex's UserPromptSubmit and Stop hooks run `cao-hook`. `notify` is not
+Status: Codex's UserPromptSubmit and Stop hooks report through the hook channel. `notify` is not
 used: it also fires for the title-generation thread, in the middle of a tool turn,
 so it cannot mean "turn done". The screen is the fallback and the detector of
 dialogs, errors and interrupted turns (none of which fires a hook).
@@ -27,11 +27,11 @@ from typing import Any
 from .. import tool_policy
 from ..models import TerminalStatus
 from .base import Launch, LaunchContext, Provider, Screen, StatusReading, stop_hook_message
-from .common import MCP_SERVER_NAME, hook_argv, mcp_server, terminal_dir
+from .common import HOOK_TIMEOUT_S, MCP_SERVER_NAME, hook_command, mcp_server, terminal_dir
 
 MODEL_PROVIDER = "cao_openai"  # defined per terminal when the server env names OPENAI_BASE_URL
-# Codex runs hooks synchronously (a Python start, ~0.1 s each), so only the two that carry
-# the turn: tool hooks would only repeat "processing". Approval dialogs are left to the
+# Codex runs hooks synchronously (the hook channel's bash script, a few ms each), so only the
+# two that carry the turn: tool hooks would only repeat "processing". Approval dialogs are left to the
 # screen: it sees them ~0.1 s before PermissionRequest would arrive, and sees them go, while
 # a hook-set "waiting" would last (the monitor lets only hooks end it) until the next hook.
 HOOK_EVENTS = ("UserPromptSubmit", "Stop")
@@ -123,9 +123,11 @@ def overrides(ctx: LaunchContext) -> list[tuple[str, Any]]:
         out += [("model_providers." + MODEL_PROVIDER, spec), ("model_provider", MODEL_PROVIDER)]
     if not _bypass(ctx):
         # Codex has no per-tool switch: the set picks the sandbox (tool_policy's codex column).
+        # "never": what the sandbox allows runs without asking, and what it refuses goes back
+        # to the model as a failure, never to a prompt nobody is there to answer.
         levels = tool_policy.names("codex", ctx.allowed_tools or ["@builtin"])
         out += [
-            ("approval_policy", "on-request"),
+            ("approval_policy", "on-request" if tool_policy.keeps_prompts(ctx.profile_extra) else "never"),
             ("sandbox_mode", "workspace-write" if "workspace-write" in levels else "read-only"),
         ]
     if ctx.system_prompt:
@@ -136,7 +138,7 @@ def overrides(ctx: LaunchContext) -> list[tuple[str, Any]]:
     user_hooks: Mapping[str, Any] = hooks if isinstance(hooks, Mapping) else {}
     out.append(("features.hooks", True))
     for event in HOOK_EVENTS:
-        ours = {"hooks": [{"type": "command", "command": shlex.join(hook_argv(event)), "timeout": 10}]}
+        ours = {"hooks": [{"type": "command", "command": hook_command(ctx, event), "timeout": HOOK_TIMEOUT_S}]}
         theirs = user_hooks.get(event)
         out.append((f"hooks.{event}", (list(theirs) if isinstance(theirs, list) else []) + [ours]))
     # Profile frontmatter `codexConfig: {key: value}`: further overrides, last wins.

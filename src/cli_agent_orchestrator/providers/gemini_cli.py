@@ -60,7 +60,7 @@ def _overlay(ctx: LaunchContext, user: dict) -> dict:
         # No trust screen: the working directory was chosen by whoever started the agent.
         "security": {"folderTrust": {"enabled": False}},
         "hooksConfig": {"enabled": True},  # cao's status comes from hooks first
-        "hooks": hooks(_HOOK_EVENTS),
+        "hooks": hooks(ctx, _HOOK_EVENTS),
         "mcpServers": mcp_servers(ctx, trust=True),
         # History in tmux's scrollback (for the reply), and whole redraws: incremental
         # rendering leaves fragments of old rows that the status reader would see.
@@ -129,7 +129,7 @@ def build_launch(ctx: LaunchContext) -> Launch:
     tools = ctx.allowed_tools or []
     yolo = ctx.yolo or "*" in tools
     argv = ["gemini", "-m", ctx.model or DEFAULT_MODEL, "--approval-mode", "yolo" if yolo else "default"]
-    if tools and not yolo and ctx.tools_explicit:  # a role's default set keeps Gemini's prompts
+    if tools and not yolo and not tool_policy.keeps_prompts(ctx.profile_extra):  # the set runs without asking
         argv += ["--policy", str(_policy_file(own, tools))]
     # NO_RELAUNCH: one node process instead of a parent that re-spawns itself with more heap.
     # TRUST_WORKSPACE: no trust screen even where an admin setting turns folder trust back on.

@@ -20,7 +20,8 @@ from __future__ import annotations
 import re
 import shutil
 import textwrap
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
+from pathlib import Path
 
 from .. import tool_policy
 from ..models import TerminalStatus
@@ -63,10 +64,28 @@ def unrestricted(ctx: LaunchContext) -> bool:
 
 def agent_tools(tools: list[str]) -> dict[str, list[str]]:
     """The `tools` of a Kiro agent JSON for a tool set (tool_policy's table): Kiro offers only
-    these, and `--trust-all-tools` lets them run. For whoever writes `~/.kiro/agents/<name>.json`."""
+    these, and `--trust-all-tools` lets them run. `cao install` writes them (kiro_agent.py)."""
     if tool_policy.UNRESTRICTED in tools:
         return {"tools": ["*"]}
     return {"tools": tool_policy.names("kiro_cli", tools)}
+
+
+def agents_dir(environ: Mapping[str, str]) -> Path:
+    """Where Kiro reads agent files: CAO_AGENTS_DIR, else ~/.kiro/agents."""
+    home = environ.get("HOME") or str(Path.home())
+    return Path(environ.get("CAO_AGENTS_DIR") or Path(home) / ".kiro" / "agents").expanduser()
+
+
+def preflight(profile_name: str, environ: Mapping[str, str]) -> str | None:
+    """Kiro takes the agent's tools, prompt and cao-mcp-server from its agent file only:
+    without it the agent would start without cao's tools."""
+    path = agents_dir(environ) / f"{profile_name}.json"
+    if path.is_file():
+        return None
+    return (
+        f"kiro_cli needs the agent file {path} for profile {profile_name!r} (its tools and cao-mcp-server); "
+        f"run `cao install {profile_name} --provider kiro_cli` first"
+    )
 
 
 def build_launch(ctx: LaunchContext) -> Launch:
@@ -198,4 +217,5 @@ PROVIDER = Provider(
     exit_command="/exit",
     startup_timeout=60.0,
     accepts_input_while_busy=False,
+    preflight=preflight,
 )

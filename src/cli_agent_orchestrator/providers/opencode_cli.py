@@ -131,12 +131,11 @@ def _bypass(ctx: LaunchContext) -> bool:
 
 
 def _permissions(ctx: LaunchContext) -> dict[str, str]:
-    """opencode applies the last matching rule, so the catch-all comes first."""
+    """The tool set as opencode permissions: the set is allowed, everything else denied.
+    opencode applies the last matching rule, so the catch-all comes first."""
     rules: dict[str, str] = {}
     tools, bypass = ctx.allowed_tools, _bypass(ctx)
-    # A role's default set does not narrow a bypass (--yolo): only a set the profile or request
-    # names does.
-    if tools is not None and "*" not in tools and (ctx.tools_explicit or not bypass):
+    if tools is not None and "*" not in tools and not bypass:
         rules["*"] = "deny"  # hard enforcement: a tool the profile does not list is not offered
         rules.update(dict.fromkeys(tool_policy.names("opencode_cli", tools), "allow"))  # the shared table
         # opencode's own machinery: its to-do list, the stand-in for a malformed call, the
@@ -146,7 +145,7 @@ def _permissions(ctx: LaunchContext) -> dict[str, str]:
         # Everything, but not what opencode itself keeps off: a question dialog (nobody
         # would answer it; cao's agents end their turn to ask) and plan-mode switches.
         rules.update({"*": "allow", "question": "deny", "plan_enter": "deny", "plan_exit": "deny"})
-    if not bypass:
+    if (tools is None or tool_policy.keeps_prompts(ctx.profile_extra)) and not bypass:  # opencode's prompts stay
         accept_edits = ctx.profile_extra.get("permissionMode") == "acceptEdits"
         for key in _ASKING:
             if rules.get(key, rules.get("*", "allow")) == "allow" and not (accept_edits and key == "edit"):

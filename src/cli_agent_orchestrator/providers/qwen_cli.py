@@ -57,7 +57,7 @@ def _overlay(ctx: LaunchContext) -> dict:
         "security": {"folderTrust": {"enabled": False}},  # the caller chose the working directory
         # The background memory extractor sends its own model requests after each turn.
         "memory": {"enableManagedAutoMemory": False},
-        "hooks": hooks(_HOOK_EVENTS),
+        "hooks": hooks(ctx, _HOOK_EVENTS),
         "mcpServers": mcp_servers(ctx, trust=True),
         # Plain child processes for the shell tool: output capture does not race a pty.
         "tools": {"shell": {"enableInteractiveShell": False}},
@@ -82,7 +82,7 @@ def build_launch(ctx: LaunchContext) -> Launch:
         argv += ["--append-system-prompt", ctx.system_prompt]
     # The shared table's names; MCP servers are trusted in the settings instead.
     allowed = tool_policy.names("qwen_cli", [t for t in tools if not tool_policy.servers([t])])
-    if allowed and not yolo and ctx.tools_explicit:  # a role's default set keeps Qwen's prompts
+    if allowed and not yolo and not tool_policy.keeps_prompts(ctx.profile_extra):  # the set runs without asking
         argv += ["--allowed-tools", *allowed]
     env = {
         "QWEN_CODE_SYSTEM_SETTINGS_PATH": str(ours),

@@ -3,7 +3,8 @@ tear down), the substrate of MCP `handoff` and of workflow steps; and the
 deferred first task of an `assign`ed worker.
 
 Every wait here is driven by status events with a deadline. A failed or timed
-out step tears its worker down unless the caller asked to keep it.
+out step tears its worker down unless the caller asked to keep it; a worker that
+stops at a question is kept for a grace period instead (worker_questions.py).
 """
 
 from __future__ import annotations
@@ -11,17 +12,22 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Awaitable, Callable
+import uuid
+from collections.abc import Awaitable, Callable, Coroutine
 from dataclasses import dataclass
+from typing import Any
 
+from ..actor import acting_as
 from ..bus import EventBus
-from ..errors import CaoError, InvalidInput, WaitTimeout, WorkerError
-from ..models import TerminalStatus
+from ..errors import CaoError, InvalidInput, WaitTimeout, WorkerAsks, WorkerError
+from ..events import AssignFinished, AssignStarted, HandoffFinished, HandoffStarted
+from ..models import OrchestrationType, TerminalStatus, Worktree
 from .inbox import SYSTEM_SENDER, InboxService
 from .status.monitor import StatusMonitor
 from .terminals.service import TerminalService
 from .terminals.spawn import CreateRequest
 from .waiting import TerminalVanished, turn_finished, wait_for
+from .worker_questions import QuestionWatch, how_to_answer, question_on_screen
 
 log = logging.getLogger(__name__)
 
@@ -40,6 +46,8 @@ class StepRequest:
     model: str | None = None
     env: dict[str, str] | None = None
     reuse_terminal_id: str | None = None  # run the turn in this ready terminal; never torn down
+    use_worktree: bool = False  # the worker gets its own git worktree on a new branch
+    engine: str | None = None  # Kiro CLI's agent engine (ignored for other CLIs)
     # Told the worker's id as soon as it exists (the workflow journal records it).
     on_terminal: Callable[[str], Awaitable[None]] | None = None
 
@@ -51,16 +59,45 @@ class StepResult:
     status: str
     elapsed: float
     provider: str = ""
+    worktree: Worktree | None = None  # the worker's worktree: its branch, and removed or kept
 
 
 class OrchestrationService:
-    def __init__(self, bus: EventBus, monitor: StatusMonitor, terminals: TerminalService, inbox: InboxService):
+    def __init__(
+        self,
+        bus: EventBus,
+        monitor: StatusMonitor,
+        terminals: TerminalService,
+        inbox: InboxService,
+        questions: QuestionWatch,
+        spawn: Callable[[Coroutine[Any, Any, Any], str], object],
+    ):
         self.bus = bus
         self.monitor = monitor
         self.terminals = terminals
         self.inbox = inbox
+        self.questions = questions
+        self.spawn = spawn  # background work that outlives the request (the task group's)
 
     async def run_step(self, req: StepRequest) -> StepResult:
+        """One agent step, bracketed by HandoffStarted and HandoffFinished on the bus; what
+        it causes (its worker's creation and removal) is credited to its caller."""
+        handoff_id = uuid.uuid4().hex[:12]
+        terminal_id: str | None = None
+        ok, error = False, "cancelled"
+        with acting_as(req.caller_id):
+            self.bus.publish(HandoffStarted(handoff_id, req.agent, req.caller_id))
+            try:
+                result = await self._run_step(req)
+                ok, error, terminal_id = True, "", result.terminal_id
+                return result
+            except Exception as exc:
+                error, terminal_id = str(exc), getattr(exc, "terminal_id", None)
+                raise
+            finally:
+                self.bus.publish(HandoffFinished(handoff_id, req.agent, req.caller_id, terminal_id, ok, error))
+
+    async def _run_step(self, req: StepRequest) -> StepResult:
         if not req.prompt:
             raise InvalidInput("prompt must not be empty")
         if not (0 < req.timeout <= 86400):
@@ -89,6 +126,8 @@ class OrchestrationService:
                 allowed_tools=req.allowed_tools,
                 wait_ready=True,
                 env=req.env,
+                use_worktree=req.use_worktree,
+                engine=req.engine,
             )
         )
         keep = not req.teardown
@@ -97,13 +136,18 @@ class OrchestrationService:
                 await req.on_terminal(term.id)
             remaining = max(0.1, req.timeout - (time.monotonic() - started))
             reply = await self.run_turn(term.id, req.prompt, remaining)
+        except WorkerAsks:
+            if not keep:  # kept for its caller to answer; removed after the grace period
+                self.spawn(self.questions.linger(term.id, req.caller_id, req.agent), f"linger:{term.id}")
+            raise
         except CaoError:
             if not keep:
                 await self._teardown(term.id)
             raise
-        if not keep:
-            await self._teardown(term.id)
-        return StepResult(term.id, reply, "completed", time.monotonic() - started, term.provider)
+        worktree = await self._teardown(term.id) if not keep else None
+        return StepResult(
+            term.id, reply, "completed", time.monotonic() - started, term.provider, worktree or term.worktree
+        )
 
     async def run_turn(self, terminal_id: str, prompt: str, timeout: float) -> str:
         """Send one task to a ready agent and return its reply."""
@@ -122,16 +166,25 @@ class OrchestrationService:
             view = self.monitor.view(terminal_id)
             raise WorkerError(f"worker {terminal_id} reached error: {view.reason if view else 'unknown'}", terminal_id)
         if status == TerminalStatus.WAITING_USER_ANSWER:
-            raise WorkerError(
-                f"worker {terminal_id} is waiting for a user answer; nobody is there to give it", terminal_id
+            question = question_on_screen(self.monitor, terminal_id)
+            grace = self.questions.grace_seconds
+            raise WorkerAsks(
+                f"worker {terminal_id} stopped at a question and is waiting for an answer. Its screen shows:\n"
+                f"{question}\n{how_to_answer(terminal_id)}; its reply then comes to you as a message. "
+                f"The worker is kept for {grace:.0f}s, then removed.",
+                terminal_id,
+                question,
+                grace,
             )
         return await self.terminals.output(terminal_id, "last")
 
-    async def _teardown(self, terminal_id: str) -> None:
+    async def _teardown(self, terminal_id: str) -> Worktree | None:
+        """Delete the worker; what became of its worktree, if it had one."""
         try:
-            await self.terminals.delete(terminal_id)
+            return await self.terminals.delete(terminal_id)
         except CaoError as exc:
             log.warning("teardown of %s: %s", terminal_id, exc)
+            return None
 
     async def deliver_initial(self, terminal_id: str, message: str, kind: object | None) -> None:
         """Background part of a deferred create (assign): wait ready, then type the task.
@@ -140,10 +193,20 @@ class OrchestrationService:
         """
         term = await self.terminals.store.run(self.terminals.store.get_terminal, terminal_id)
         caller = term.caller_id if term else None
+        assign = kind == OrchestrationType.ASSIGN
+        agent = term.agent_profile if term else ""
+        if assign:
+            self.bus.publish(AssignStarted(terminal_id, caller, agent))
         try:
             await self.terminals.wait_until_ready(terminal_id)
+            if caller and term is not None:  # a question the worker stops at reaches its caller
+                self.spawn(self.questions.follow(terminal_id, caller, term.agent_profile), f"questions:{terminal_id}")
             await self.terminals.send_input(terminal_id, message)
+            if assign:
+                self.bus.publish(AssignFinished(terminal_id, caller, agent, True))
         except CaoError as exc:
+            if assign:
+                self.bus.publish(AssignFinished(terminal_id, caller, agent, False, str(exc)))
             log.warning("deferred start of %s failed: %s", terminal_id, exc)
             if caller:
                 note = f"[cao] The worker {terminal_id} you assigned could not start and was removed: {exc}"

@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import builtins
+from dataclasses import asdict
 
 from ..backends.base import TerminalBackend
 from ..errors import NotFound
+from ..events import SessionKilled
 from ..models import SESSION_PREFIX, Terminal
 from .terminals.names import normalise_session_name
 from .terminals.service import TerminalService
@@ -46,11 +48,18 @@ class SessionService:
         name = normalise_session_name(name)
         if not await self.backend.session_exists(name):
             raise NotFound(f"session {name!r} not found")
-        errors = []
+        errors, worktrees, deleted = [], [], []
         for term in await self.terminals.list(name):
             try:
-                await self.terminals.delete(term.id)
+                released = await self.terminals.delete(term.id)
+                deleted.append(term.id)
+                if released is not None:
+                    worktrees.append({"terminal_id": term.id, **asdict(released)})
             except Exception as exc:  # keep going: one stuck terminal must not keep the others
                 errors.append(f"{term.id}: {exc}")
         await self.backend.kill_session(name)
-        return {"success": not errors, "deleted": [name], "errors": errors}
+        self.terminals.bus.publish(SessionKilled(name, tuple(deleted)))
+        answer: dict = {"success": not errors, "deleted": [name], "errors": errors}
+        if worktrees:  # what became of each worker's worktree: removed, or kept and why
+            answer["worktrees"] = worktrees
+        return answer

@@ -25,7 +25,7 @@ from typing import Any, TypeVar
 import sqlalchemy as sa
 
 from ..errors import StoreBusy
-from ..models import InboxMessage, MessageStatus, Terminal, TerminalStatus
+from ..models import InboxMessage, MessageStatus, Terminal, TerminalStatus, Worktree
 from .journal import Journal
 from .schema import inbox_messages, migrate, terminals
 
@@ -136,6 +136,7 @@ class Store:
                     created_at=now,
                     last_active=now,
                     hook_secret=hook_secret,
+                    worktree=_worktree_json(term.worktree),
                 )
             )
 
@@ -364,6 +365,24 @@ def _terminal(row: Any) -> Terminal:
         gone=bool(row["gone"]),
         created_at=row["created_at"],
         last_active=row["last_active"],
+        worktree=_worktree(row["worktree"]),
+    )
+
+
+def _worktree_json(wt: Worktree | None) -> dict | None:
+    if wt is None:
+        return None
+    return {"path": wt.path, "branch": wt.branch, "repository": wt.repository, "base": wt.base}
+
+
+def _worktree(value: Any) -> Worktree | None:
+    if not isinstance(value, dict):
+        return None
+    return Worktree(
+        path=str(value["path"]),
+        branch=str(value["branch"]),
+        repository=str(value["repository"]),
+        base=str(value["base"]),
     )
 
 

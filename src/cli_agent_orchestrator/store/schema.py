@@ -41,6 +41,8 @@ terminals = sa.Table(
     # The secret this terminal's CLI hooks send (CAO_HOOK_SECRET in its environment):
     # a hook can only speak for the terminal that owns it.
     sa.Column("hook_secret", sa.String(64)),
+    # The worker's own git worktree (use_worktree): {path, branch, repository, base}; NULL = none.
+    sa.Column("worktree", sa.JSON),
 )
 
 inbox_messages = sa.Table(
@@ -136,6 +138,50 @@ workflow_events = sa.Table(
 )
 
 
+# --- scheduled flows ----------------------------------------------------------------------
+# A flow as it was added (its file read then; adding again replaces it) and its schedule
+# state; and its runs, newest kept (flows/service.py prunes old ones).
+flows = sa.Table(
+    "flows",
+    metadata,
+    sa.Column("name", sa.String(64), primary_key=True),
+    sa.Column("file_path", sa.Text, nullable=False),
+    sa.Column("schedule", sa.String(200), nullable=False),
+    sa.Column("timezone", sa.String(64)),  # NULL = the server's local zone
+    sa.Column("agent_profile", sa.String(64), nullable=False),
+    sa.Column("provider", sa.String(64)),
+    sa.Column("script", sa.Text),  # absolute path of the gate script
+    sa.Column("engine", sa.String(16)),
+    sa.Column("timeout", sa.Float, nullable=False),
+    sa.Column("prompt_template", sa.Text, nullable=False),
+    sa.Column("description", sa.Text, nullable=False, server_default=""),
+    sa.Column("enabled", sa.Boolean, nullable=False),
+    sa.Column("last_run", sa.String(24)),  # UTC, second precision, Z
+    sa.Column("next_run", sa.String(24)),
+    sa.Column("added_at", sa.String(24), nullable=False),
+)
+
+flow_runs = sa.Table(
+    "flow_runs",
+    metadata,
+    sa.Column("id", sa.Integer, primary_key=True, autoincrement=True),
+    sa.Column("flow_name", sa.String(64), nullable=False),
+    sa.Column("trigger", sa.String(16), nullable=False),
+    sa.Column("state", sa.String(16), nullable=False, index=True),
+    sa.Column("due_at", sa.String(24)),
+    sa.Column("started_at", sa.String(24), nullable=False),
+    sa.Column("finished_at", sa.String(24)),
+    sa.Column("execute", sa.Boolean),
+    sa.Column("gate_output", sa.JSON),
+    sa.Column("reason", sa.Text),
+    sa.Column("session_name", sa.String(64)),
+    sa.Column("terminal_id", sa.String(8)),
+    sa.Column("prompt", sa.Text),
+    sa.Column("reply", sa.Text),
+    sa.Index("ix_flow_runs_flow_id", "flow_name", "id"),
+)
+
+
 def _v0_to_v1(conn: sa.Connection) -> None:
     for table in (terminals, inbox_messages):
         table.create(conn, checkfirst=True)
@@ -155,7 +201,24 @@ def _v2_to_v3(conn: sa.Connection) -> None:
             conn.execute(sa.text(f"ALTER TABLE {table.name} ADD COLUMN {column.name} {kind}"))
 
 
-MIGRATIONS: list[Callable[[sa.Connection], None]] = [_v0_to_v1, _v1_to_v2, _v2_to_v3]
+def _v3_to_v4(conn: sa.Connection) -> None:
+    _add_missing_column(conn, terminals, terminals.c.worktree)
+
+
+def _add_missing_column(conn: sa.Connection, table: sa.Table, column: sa.Column) -> None:
+    # Databases made by v0→v1 of a later version already have the column.
+    present = {c["name"] for c in sa.inspect(conn).get_columns(table.name)}
+    if column.name not in present:
+        kind = column.type.compile(dialect=conn.dialect)
+        conn.execute(sa.text(f"ALTER TABLE {table.name} ADD COLUMN {column.name} {kind}"))
+
+
+def _v4_to_v5(conn: sa.Connection) -> None:
+    for table in (flows, flow_runs):
+        table.create(conn, checkfirst=True)
+
+
+MIGRATIONS: list[Callable[[sa.Connection], None]] = [_v0_to_v1, _v1_to_v2, _v2_to_v3, _v3_to_v4, _v4_to_v5]
 LATEST_VERSION = len(MIGRATIONS)
 
 

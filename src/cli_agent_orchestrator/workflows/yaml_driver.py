@@ -108,7 +108,12 @@ class YamlDriver:
                 StepAttemptStarted(run_id=run_id, generation=generation, step_id=step.id, attempt=attempts)
             )
             request = StepRequest(
-                provider=step.provider, agent=step.agent, prompt=prompt, timeout=step.timeout or 600.0, model=step.model
+                provider=step.provider,
+                agent=step.agent,
+                prompt=prompt,
+                timeout=step.timeout or 600.0,
+                model=step.model,
+                engine=step.engine,
             )
             try:
                 executed = await self.steps.execute(run_id, step.id, generation, request)

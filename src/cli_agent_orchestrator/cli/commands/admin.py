@@ -1,16 +1,9 @@
-"""Housekeeping: `cao shutdown`, `cao init`, `cao install`, `cao mcp-server`."""
+"""Housekeeping: `cao shutdown`, `cao init`, `cao mcp-server`, `cao ops-mcp-server`."""
 
 from __future__ import annotations
 
-import os
-import tempfile
-from pathlib import Path
-
 import click
 
-from ...errors import CaoError
-from ...models import SAFE_NAME_RE
-from ...profiles import builtin_dir, parse_profile
 from ...settings import Settings
 from .common import client, json_option, print_json, session_path
 
@@ -71,63 +64,18 @@ def init() -> None:
         click.echo(f"  {label + ':':13}{path}")
 
 
-def _profile_source(spec: str) -> Path:
-    """A path to a local file, else the name of a built-in profile."""
-    path = Path(spec).expanduser()
-    if path.is_file():
-        return path
-    if path.suffix == ".md" or os.sep in spec:
-        raise click.ClickException(f"profile file {spec!r} not found")
-    if SAFE_NAME_RE.match(spec) and (builtin_dir() / f"{spec}.md").is_file():
-        return builtin_dir() / f"{spec}.md"
-    known = ", ".join(sorted(p.stem for p in builtin_dir().glob("*.md")))
-    raise click.ClickException(f"{spec!r} is neither a profile file nor a built-in profile (built-ins: {known})")
-
-
-def _write_atomic(target: Path, text: str) -> None:
-    # A half-written profile would be picked up by the next launch; rename is atomic.
-    fd, tmp = tempfile.mkstemp(dir=target.parent, prefix=f".{target.name}.")
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as fh:
-            fh.write(text)
-        os.replace(tmp, target)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-
-
-@click.command()
-@click.argument("profile")
-def install(profile: str) -> None:
-    """Install agent PROFILE (a .md file or a built-in name) into the local agent store."""
-    source = _profile_source(profile)
-    try:
-        text = source.read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as exc:
-        raise click.ClickException(f"cannot read {source}: {exc}") from None
-    try:
-        parsed = parse_profile(text, source.stem, "local")
-    except CaoError as exc:
-        raise click.ClickException(str(exc)) from None
-    if not SAFE_NAME_RE.match(parsed.name):
-        raise click.ClickException(
-            f"invalid profile name {parsed.name!r}: use 1-64 of [A-Za-z0-9_-], not starting with '-'"
-        )
-    settings = Settings.from_env()
-    settings.ensure_dirs()
-    target = settings.agent_store_dir / f"{parsed.name}.md"
-    replaced = target.exists()
-    _write_atomic(target, text)
-    click.echo(f"{'Replaced' if replaced else 'Installed'} profile {parsed.name!r} at {target}")
-    if parsed.description:
-        click.echo(f"  {parsed.description}")
-    click.echo(f"Launch it with: cao launch --agents {parsed.name}")
-
-
 @click.command("mcp-server")
 def mcp_server() -> None:
     """Run the cao MCP server on stdio (what agent CLIs start)."""
     # Imported here: the MCP stack is heavy and only this command needs it.
     from ...mcp_server.server import main as serve
+
+    serve()
+
+
+@click.command("ops-mcp-server")
+def ops_mcp_server() -> None:
+    """Run the cao operations MCP server on stdio (for an agent outside cao to drive it)."""
+    from ...mcp_server.ops_server import main as serve
 
     serve()

@@ -27,6 +27,18 @@ def client() -> Iterator[CaoClient]:
         api.close()
 
 
+def env_pairs(pairs: tuple[str, ...]) -> dict[str, str]:
+    """`--env KEY=VALUE` (repeatable) as a mapping; a malformed one is a usage error that
+    names the key only (a value may be a secret). Whoever uses them checks the names."""
+    out: dict[str, str] = {}
+    for pair in pairs:
+        key, sep, value = pair.partition("=")
+        if not sep or not key:
+            raise click.BadParameter(f"{key!r}: use KEY=VALUE", param_hint="--env")
+        out[key] = value
+    return out
+
+
 def terminal_path(terminal_id: str, suffix: str = "") -> str:
     # Checked here, not only by the server: an id goes into the URL path, and
     # something like "../sessions" must never reach a different route.

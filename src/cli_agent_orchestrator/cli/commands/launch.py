@@ -12,32 +12,35 @@ import click
 from ...errors import CaoError
 from ...profiles import load_profile
 from ...settings import Settings
+from ...tool_policy import resolve_tools
 from ..client import LAUNCH_TIMEOUT, ApiError, CaoClient
 from .attach import attach_argv, attach_text
-from .common import client, exec_attach, print_fields, print_json, terminal_path
+from .common import client, env_pairs, exec_attach, print_fields, print_json, terminal_path
 
 # Statuses that end a turn: the agent answered, failed, or asks the user something.
 FINAL_STATUSES = ("completed", "error", "waiting_user_answer")
 POLL_INTERVAL = 0.1
 
 
-def _profile_summary(name: str, provider: str | None) -> tuple[str, str]:
+def _profile_summary(name: str, provider: str | None, tools: list[str] | None) -> tuple[str, str, str]:
     """What to show before asking for trust; the server decides, this only previews it."""
+    home = Settings.from_env().home_dir
     try:
-        profile = load_profile(Settings.from_env().home_dir, name, os.environ)
+        profile = load_profile(home, name, os.environ)
+        policy = resolve_tools(home, profile.name, tools or profile.allowed_tools, profile.role, profile.mcp_servers)
     except CaoError as exc:
-        return f"{name} ({exc})", provider or "server default"
-    shown = f"{name} ({profile.source})"
-    return shown, provider or profile.provider or "server default"
+        return f"{name} ({exc})", provider or "server default", "(the server will say)"
+    shown_tools = ", ".join(policy.tools) + f"  [{'--allowed-tools' if tools else policy.source}]"
+    return f"{name} ({profile.source})", provider or profile.provider or "server default", shown_tools
 
 
-def _confirm(agents: str, provider: str | None, workdir: str, session_name: str | None) -> None:
+def _confirm(agents: str, provider: str | None, workdir: str, session_name: str | None, tools: list[str]) -> None:
     if not sys.stdin.isatty():
         raise click.ClickException(
-            "cannot ask for confirmation: stdin is not a terminal. Pass --yolo to trust the "
-            "workspace and launch without asking."
+            "cannot ask for confirmation: stdin is not a terminal. Pass --auto-approve to run with "
+            "the profile's tool set, or --yolo for unrestricted tools, without asking."
         )
-    profile, shown_provider = _profile_summary(agents, provider)
+    profile, shown_provider, shown_tools = _profile_summary(agents, provider, tools)
     click.echo("About to launch an agent that can read and change files in its working directory:")
     print_fields(
         [
@@ -45,9 +48,11 @@ def _confirm(agents: str, provider: str | None, workdir: str, session_name: str 
             ("Provider", shown_provider),
             ("Working directory", workdir),
             ("Session", session_name or "(new, named by cao)"),
+            ("Tools (run without asking)", shown_tools),
+            ("Everything else", "refused by the CLI where it can (README: Roles and tools)"),
         ]
     )
-    if not click.confirm("Trust this workspace and launch?", default=False):
+    if not click.confirm("Trust this workspace and launch? Proceed?", default=False):
         click.echo("Not launched.", err=True)
         raise click.exceptions.Exit(1)
 
@@ -103,7 +108,19 @@ def _run_message(api: CaoClient, term: dict[str, Any], message: str, timeout: fl
     help="Where the agent works (default: the current directory).",
 )
 @click.option("--headless", is_flag=True, help="Do not attach; print the ids (and the reply to MESSAGE).")
-@click.option("--yolo", is_flag=True, help="Trust the workspace: no confirmation, no permission prompts.")
+@click.option("--yolo", is_flag=True, help="Unrestricted tools, no permission prompts, no confirmation.")
+@click.option(
+    "--auto-approve", is_flag=True, help="Run with the profile's tool set (or --allowed-tools) without confirmation."
+)
+@click.option(
+    "--allowed-tools",
+    "allowed_tools",
+    multiple=True,
+    metavar="TOOL",
+    help="A tool in cao's vocabulary (repeatable); replaces the profile's set.",
+)
+@click.option("--env", "env", multiple=True, metavar="K=V", help="A variable for the agent's environment (repeatable).")
+@click.option("--engine", type=click.Choice(["v2", "kas"]), default=None, help="Kiro engine (kiro_cli only).")
 @click.option("--model", default=None, help="Model override for the provider.")
 @click.option(
     "--timeout",
@@ -112,6 +129,7 @@ def _run_message(api: CaoClient, term: dict[str, Any], message: str, timeout: fl
     type=click.FloatRange(min=0),
     help="Seconds to wait for the reply to MESSAGE (with --headless).",
 )
+@click.option("--async", "no_wait", is_flag=True, help="With --headless MESSAGE: send it and return at once.")
 @click.option("--json", "as_json", is_flag=True, help="Print the terminal as JSON.")
 @click.argument("message", required=False)
 def launch(
@@ -121,40 +139,56 @@ def launch(
     working_directory: str | None,
     headless: bool,
     yolo: bool,
+    auto_approve: bool,
+    allowed_tools: tuple[str, ...],
+    env: tuple[str, ...],
+    engine: str | None,
     model: str | None,
     timeout: float,
+    no_wait: bool,
     as_json: bool,
     message: str | None,
 ) -> None:
-    """Start agent PROFILE in a new session and attach to it (or run MESSAGE headless)."""
+    """Start agent PROFILE in a new session and attach to it (or run MESSAGE headless).
+
+    The agent runs its profile's tool set (or --allowed-tools) without asking and is refused
+    the rest; --yolo lifts every limit. Without --yolo or --auto-approve the set is shown and
+    you are asked to confirm."""
     workdir = working_directory or os.path.abspath(os.getcwd())
+    env_vars = env_pairs(env)
+    tools = [t.strip() for item in allowed_tools for t in item.split(",") if t.strip()]
     if not headless and not sys.stdin.isatty():
         # Checked before anything is created: a session nobody can attach to would be left behind.
         raise click.ClickException(
             "cannot attach: stdin is not a terminal. Pass --headless to launch without attaching "
             "(then `cao attach SESSION` from a terminal)."
         )
-    if not yolo:
-        _confirm(agents, provider, workdir, session_name)
+    if not (yolo or auto_approve):
+        _confirm(agents, provider, workdir, session_name, tools)
     params = {
         "agent_profile": agents,
         "provider": provider,
         "session_name": session_name,
         "working_directory": workdir,
         "model": model,
+        "engine": engine,
+        "allowed_tools": ",".join(tools) or None,
         "yolo": str(yolo).lower(),
     }
+    body = {"env_vars": env_vars} if env_vars else None
     with client() as api:
-        term = api.post("/sessions", params=params, timeout=max(LAUNCH_TIMEOUT, api.timeout))
+        term = api.post("/sessions", params=params, json=body, timeout=max(LAUNCH_TIMEOUT, api.timeout))
         socket = api.get("/health")["tmux_socket"]
         ids = [("Session", term["session_name"]), ("Terminal", term["id"])]
         if headless:
             ids.append(("Attach", attach_text(socket, term["session_name"])))
-        if headless and message:
+        if headless and message and not no_wait:
             if not as_json:
                 print_fields(ids)
             _run_message(api, term, message, timeout, as_json)
             return
+        if headless and message:  # --async: the message is typed, the reply is not awaited
+            api.post(terminal_path(term["id"], "/input"), json={"message": message})
         if as_json:
             print_json(term)
         else:

@@ -30,7 +30,7 @@ from ...events import (
     TerminalResized,
 )
 from ...models import TerminalStatus
-from ...providers.base import Provider
+from ...providers.base import Provider, StatusReading
 from ...store import Store
 from ...tasks import TaskGroup
 from .screen import EmulatedScreen, render, upper_rows
@@ -41,6 +41,11 @@ from .writer import StatusWriter
 log = logging.getLogger(__name__)
 
 _HOOK_DECIDED = (TerminalStatus.PROCESSING, TerminalStatus.COMPLETED, TerminalStatus.IDLE)
+# A hook's "turn done" whose answer is read from the screen (no reply in the hook) waits while the
+# screen still reads busy: Gemini fires AfterAgent before it draws the answer, and a hook that
+# reports in a few ms (the hook channel) gets here first. The first screen reading that is not busy
+# releases it; this bound is the safety net for a screen that never stops reading busy.
+HELD_COMPLETION_LIMIT_S = 2.0
 
 
 class StatusMonitor:
@@ -55,6 +60,9 @@ class StatusMonitor:
         # (the backend's request_snapshot).
         self.request_snapshot = request_snapshot
         self._writer = StatusWriter(store, tasks)
+        # terminal id → (serial, hook event, reading): a hook's completion waiting for the screen
+        self._held: dict[str, tuple[int, str, StatusReading]] = {}
+        self._held_serial = 0
 
     # --- registration -----------------------------------------------------------
     def watch(
@@ -75,6 +83,7 @@ class StatusMonitor:
 
     def forget(self, terminal_id: str) -> None:
         term = self._terms.pop(terminal_id, None)
+        self._held.pop(terminal_id, None)
         if term is not None:
             term.forget()
 
@@ -202,6 +211,7 @@ class StatusMonitor:
     async def on_input(self, event: Event) -> None:
         assert isinstance(event, InputSubmitted)
         term = self._terms.get(event.terminal_id)
+        self._held.pop(event.terminal_id, None)  # a new turn: the previous one's end is moot
         if term is not None:
             term.hook_reply = None  # a new turn: the last hook's answer is the previous one's
         if term is not None and term.exited:
@@ -244,6 +254,9 @@ class StatusMonitor:
             return
         term.composer_has_text = reading.composer_has_text
         new = reading.status
+        held = self._held.get(terminal_id)
+        if held is not None and new not in (TerminalStatus.PROCESSING, TerminalStatus.UNKNOWN):
+            await self._release_held(terminal_id, held[0])  # the screen caught up with the hook
         if (
             term.hooks_seen
             and term.phase == SETTLED
@@ -337,5 +350,32 @@ class StatusMonitor:
         text = term.provider.reply_from_hook(event, payload)
         if text is not None:
             term.hook_reply = text
+        self._held.pop(terminal_id, None)  # a later hook supersedes a held one
+        if reading.status == TerminalStatus.COMPLETED and text is None and self._reads_busy(term):
+            self._held_serial += 1
+            self._held[terminal_id] = (self._held_serial, event, reading)
+            self.tasks.spawn(self._release_held_late(terminal_id, self._held_serial), f"status:{terminal_id}:held")
+            return reading.status
         await self.set_external(terminal_id, reading.status, f"hook:{event}", reading.reason)
         return reading.status
+
+    @staticmethod
+    def _reads_busy(term: WatchedTerminal) -> bool:
+        try:
+            return term.provider.read_status(render(term.screen)).status == TerminalStatus.PROCESSING
+        except Exception:
+            log.exception("provider %s read_status failed", term.provider.name)
+            return False
+
+    async def _release_held(self, terminal_id: str, serial: int) -> None:
+        held = self._held.get(terminal_id)
+        if held is None or held[0] != serial:
+            return  # released already, or superseded by a later hook or a new turn
+        del self._held[terminal_id]
+        _, event, reading = held
+        await self.set_external(terminal_id, reading.status, f"hook:{event}", reading.reason)
+
+    async def _release_held_late(self, terminal_id: str, serial: int) -> None:
+        """The safety net: a held completion goes out after HELD_COMPLETION_LIMIT_S at the latest."""
+        await asyncio.sleep(HELD_COMPLETION_LIMIT_S)
+        await self._release_held(terminal_id, serial)

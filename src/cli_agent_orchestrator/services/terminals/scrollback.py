@@ -8,11 +8,12 @@ import json
 import logging
 import os
 import re
+from dataclasses import asdict
 from pathlib import Path
 
 from ...backends.base import TerminalBackend
 from ...errors import NotFound
-from ...models import SAFE_NAME_RE, SESSION_PREFIX, Terminal
+from ...models import SAFE_NAME_RE, SESSION_PREFIX, Terminal, Worktree
 from ...private_files import private_dir, write_private
 
 log = logging.getLogger(__name__)
@@ -40,6 +41,20 @@ async def save_scrollback(backend: TerminalBackend, logs_dir: Path, term: Termin
         "caller_id": term.caller_id,
     }
     write_private(logs / f"{term.id}.snapshot.json", json.dumps(snapshot, indent=2))
+
+
+def note_worktree(logs_dir: Path, terminal_id: str, worktree: Worktree) -> None:
+    """Add what became of a deleted terminal's worktree (removed, or kept and why) to its snapshot."""
+    path = logs_dir / f"{terminal_id}.snapshot.json"
+    try:
+        snapshot = json.loads(path.read_text()) if path.is_file() else {"terminal_id": terminal_id}
+    except ValueError:
+        snapshot = {"terminal_id": terminal_id}
+    snapshot["worktree"] = asdict(worktree)
+    try:
+        write_private(path, json.dumps(snapshot, indent=2))
+    except OSError as exc:  # the delete answer still says it; the terminal is gone either way
+        log.warning("could not note the worktree of %s in its snapshot: %s", terminal_id, exc)
 
 
 async def restore_scrollback(backend: TerminalBackend, logs_dir: Path, terminal_id: str) -> dict:

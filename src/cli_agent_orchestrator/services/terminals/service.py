@@ -16,8 +16,8 @@ from collections.abc import Mapping
 from ...backends.base import TerminalBackend
 from ...bus import EventBus
 from ...errors import AgentExited, Conflict, Forbidden, InvalidInput, NotFound, WaitTimeout, WorkerError
-from ...events import BackendLost, Event, TerminalRemoved, TerminalSpawned
-from ...models import Terminal, TerminalStatus
+from ...events import BackendLost, Event, SessionCreated, TerminalRemoved, TerminalSpawned
+from ...models import Terminal, TerminalStatus, Worktree
 from ...providers.registry import get_provider
 from ...settings import Settings
 from ...store import Store
@@ -27,10 +27,11 @@ from ..launch import sweep_env_files
 from ..status.monitor import StatusMonitor
 from ..status.view import TerminalView
 from ..waiting import TerminalVanished, ready_or_stuck, wait_for
+from ..worktrees import Worktrees
 from .adoption import adopt_survivors
 from .names import check_terminal_id
-from .scrollback import restore_scrollback, save_scrollback
-from .spawn import HOOK_SECRET_ENV, CreateRequest, Spawner, checked_working_directory
+from .scrollback import note_worktree, restore_scrollback, save_scrollback
+from .spawn import HOOK_SECRET_ENV, CreateRequest, Spawner, checked_working_directory, new_terminal_id
 
 log = logging.getLogger(__name__)
 
@@ -59,6 +60,7 @@ class TerminalService:
         self.typing = typing
         self.tasks = tasks
         self._spawner = Spawner(settings, store, backend, monitor, environ)
+        self.worktrees = Worktrees(settings.home_dir, environ)
 
     # --- reading ----------------------------------------------------------------
     async def get(self, terminal_id: str) -> Terminal:
@@ -104,8 +106,18 @@ class TerminalService:
         if req.caller_id is not None:
             check_terminal_id(req.caller_id)
         workdir = await self._default_workdir(req)
-        term = await self._spawner.spawn(req, profile, provider_name, workdir)
-        self.bus.publish(TerminalSpawned(term.id, term.session_name))
+        terminal_id, worktree = new_terminal_id(), None
+        if req.use_worktree:
+            worktree, workdir = await self.worktrees.create(workdir, terminal_id, profile.name)
+        try:
+            term = await self._spawner.spawn(req, profile, provider_name, workdir, terminal_id, worktree)
+        except BaseException:
+            if worktree is not None:  # nothing half-created: not its worktree or branch either
+                await self.worktrees.release(worktree, discard=True)
+            raise
+        if req.new_session:
+            self.bus.publish(SessionCreated(term.session_name, term.id))
+        self.bus.publish(TerminalSpawned(term.id, term.session_name, term.caller_id))
         if req.wait_ready:
             await self.wait_until_ready(term.id)
         return await self.get(term.id)
@@ -163,7 +175,7 @@ class TerminalService:
             tail = "\n".join(screen.last_nonblank(8)) if screen else ""
             view = self.monitor.view(terminal_id)
             reason = view.reason if view else ""
-            await self.delete(terminal_id)
+            await self.delete(terminal_id, never_started=True)
             if status is None:
                 raise WaitTimeout(
                     f"{term.provider} agent did not become ready within {timeout:.0f}s; last screen:\n{tail}",
@@ -241,7 +253,10 @@ class TerminalService:
         return await self.backend.current_path(await self.window(terminal_id))
 
     # --- deleting and restoring ---------------------------------------------------
-    async def delete(self, terminal_id: str) -> None:
+    async def delete(self, terminal_id: str, never_started: bool = False) -> Worktree | None:
+        """Remove the terminal: its window, row and files. Its worktree, if it has one, is
+        removed when clean and kept otherwise; the answer says which (None: it had none).
+        `never_started`: its agent never became ready, so its unused branch goes too."""
         check_terminal_id(terminal_id)
         term = await self.store.run(self.store.get_terminal, terminal_id)
         if term is None:
@@ -255,6 +270,12 @@ class TerminalService:
         self._remove_files(terminal_id)
         self.typing.forget(terminal_id)
         self.bus.publish(TerminalRemoved(terminal_id, "deleted"))
+        if term.worktree is None:
+            return None
+        # After the window is gone: nothing writes into the worktree while it is judged.
+        released = await self.worktrees.release(term.worktree, discard=never_started)
+        note_worktree(self.settings.terminal_logs_dir, terminal_id, released)
+        return released
 
     def _remove_files(self, terminal_id: str) -> None:
         # Generated per-terminal files (launch scripts, settings, the env file) may hold

@@ -6,7 +6,9 @@ launch file never outlives the start.
 from __future__ import annotations
 
 import asyncio
+import logging
 import os
+import re
 import secrets
 import shutil
 from collections.abc import Mapping
@@ -15,7 +17,7 @@ from pathlib import Path
 
 from ...backends.base import TerminalBackend
 from ...errors import InvalidInput, NotFound
-from ...models import MODEL_RE, SAFE_NAME_RE, Terminal
+from ...models import MODEL_RE, SAFE_NAME_RE, Terminal, Worktree
 from ...profiles import AgentProfile, load_profile
 from ...providers.base import LaunchContext
 from ...providers.registry import get_provider
@@ -24,7 +26,10 @@ from ...store import Store
 from ...tool_policy import ToolSet, resolve_tools
 from ..launch import env_file, mcp_server_argv, pane_command, write_env_file
 from ..status.monitor import StatusMonitor
+from .engines import check_engine, requested_engine
 from .names import check_terminal_id, normalise_session_name
+
+log = logging.getLogger(__name__)
 
 MAX_PATH_CHARS = 4096  # PATH_MAX on Linux: longer is never a directory
 HOOK_SECRET_ENV = "CAO_HOOK_SECRET"
@@ -42,8 +47,34 @@ class CreateRequest:
     allowed_tools: list[str] | None = None
     yolo: bool = False
     wait_ready: bool = True
+    use_worktree: bool = False  # the worker gets its own git worktree on a new branch (services/worktrees.py)
+    engine: str | None = None  # Kiro CLI's agent engine; ignored, with a note, for other CLIs (engines.py)
     # Extra variables for the agent's pane (e.g. a workflow step's identity).
     env: dict[str, str] | None = None
+    # The requester's variables for the agent (`env_vars`, `cao launch --env`): checked, never stored.
+    env_vars: dict[str, str] | None = None
+
+
+MAX_ENV_VARS, MAX_ENV_VALUE = 64, 32 * 1024
+_ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,127}")
+
+
+def checked_env_vars(env: Mapping[str, object] | None) -> dict[str, str]:
+    """A request's variables for the agent, checked. Errors name the variable, never its value.
+    `CAO_*` names are cao's own (the terminal's identity and secrets): refused."""
+    out: dict[str, str] = {}
+    if len(env or {}) > MAX_ENV_VARS:
+        raise InvalidInput(f"env_vars: at most {MAX_ENV_VARS} variables")
+    for key, value in (env or {}).items():
+        shown = repr(str(key)[:64])
+        if not isinstance(key, str) or not _ENV_NAME.fullmatch(key):
+            raise InvalidInput(f"env_vars: {shown} is not a variable name ([A-Za-z_][A-Za-z0-9_]*, at most 128)")
+        if key.upper().startswith("CAO_"):
+            raise InvalidInput(f"env_vars: {shown} is reserved: CAO_* variables are set by cao itself")
+        if not isinstance(value, str) or "\x00" in value or len(value) > MAX_ENV_VALUE:
+            raise InvalidInput(f"env_vars: the value of {shown} must be text without NUL, at most {MAX_ENV_VALUE}")
+        out[key] = value
+    return out
 
 
 def checked_working_directory(path: str | None) -> str:
@@ -65,6 +96,10 @@ def checked_working_directory(path: str | None) -> str:
     if not is_dir:
         raise InvalidInput(f"working directory {path[:200]!r} does not exist or is not a directory")
     return str(resolved)
+
+
+def new_terminal_id() -> str:
+    return secrets.token_hex(4)
 
 
 class Spawner:
@@ -98,8 +133,15 @@ class Spawner:
             provider = caller.provider if caller is not None else None
         by_default = not provider
         provider = provider or self.settings.default_provider
+        # Before the CLI's binary is looked for: a refused engine is the answer even where Kiro is absent.
+        ignored = check_engine(requested_engine(req.engine, profile.frontmatter), provider)
+        if ignored:
+            log.info("%s", ignored)
         try:
             spec = get_provider(provider)  # unknown provider → 400 before anything is allocated
+            unready = spec.preflight(profile.name, self.environ)  # e.g. Kiro's agent file is missing
+            if unready and not by_default:
+                raise InvalidInput(unready)
             if not os.path.isabs(spec.binary) and shutil.which(spec.binary) is None:
                 raise InvalidInput(
                     f"provider {provider}: its CLI `{spec.binary}` is not on cao-server's PATH; "
@@ -118,9 +160,12 @@ class Spawner:
                 f"no provider given (neither the request nor profile {profile.name!r} names one) "
                 f"and cao-server's default, {source}, cannot be used: {exc}"
             ) from None
+        if unready:
+            raise InvalidInput(unready)
         if req.model is not None and not MODEL_RE.match(req.model):
             raise InvalidInput(f"invalid model {req.model!r}: up to 128 of [A-Za-z0-9._:/-]")
         self.tool_set(req, profile)  # an unknown role or tool → 400 before anything is allocated
+        checked_env_vars(req.env_vars)
         return profile, provider
 
     def tool_set(self, req: CreateRequest, profile: AgentProfile) -> ToolSet:
@@ -128,12 +173,20 @@ class Spawner:
         tools = req.allowed_tools or profile.allowed_tools
         return resolve_tools(self.settings.home_dir, profile.name, tools, profile.role, profile.mcp_servers)
 
-    async def spawn(self, req: CreateRequest, profile: AgentProfile, provider_name: str, workdir: str) -> Terminal:
+    async def spawn(
+        self,
+        req: CreateRequest,
+        profile: AgentProfile,
+        provider_name: str,
+        workdir: str,
+        terminal_id: str | None = None,
+        worktree: Worktree | None = None,
+    ) -> Terminal:
         """Launch the agent in a new tmux window; the terminal is watched from its first byte.
         Its launch file stays until `launch_done` (the caller waits for the agent first)."""
         provider = get_provider(provider_name)
         tools = self.tool_set(req, profile)
-        terminal_id = secrets.token_hex(4)
+        terminal_id = terminal_id or new_terminal_id()
         window_name = (
             f"{profile.name if SAFE_NAME_RE.match(profile.name) else req.agent_profile}-{secrets.token_hex(2)}"
         )
@@ -152,7 +205,6 @@ class Spawner:
                 home_dir=self.settings.home_dir,
                 model=req.model or profile.model,
                 allowed_tools=tools.tools,
-                tools_explicit=tools.explicit,
                 yolo=req.yolo,
                 mcp_server_argv=mcp_server_argv(),
                 profile_extra=profile.frontmatter,
@@ -170,6 +222,7 @@ class Spawner:
                 caller_id=req.caller_id,
                 model=ctx.model,
                 allowed_tools=ctx.allowed_tools,
+                worktree=worktree,
             )
             self.starting.add(terminal_id)
             created = False
@@ -178,7 +231,13 @@ class Spawner:
                 write_env_file(
                     launch_file,
                     self.environ,
-                    {**(req.env or {}), **launch.env, "CAO_TERMINAL_ID": terminal_id, HOOK_SECRET_ENV: hook_secret},
+                    {
+                        **checked_env_vars(req.env_vars),
+                        **(req.env or {}),
+                        **launch.env,
+                        "CAO_TERMINAL_ID": terminal_id,
+                        HOOK_SECRET_ENV: hook_secret,
+                    },
                 )
                 await self.store.run(self.store.add_terminal, term, None, hook_secret)
                 self.monitor.watch(terminal_id, provider)

@@ -1,0 +1,332 @@
+"""One bus consumer feeds every plugin. Each event plugins see becomes a JSON-ready dict and
+a hook call, queued per plugin; each plugin drains its own queue in its own task (plain
+hooks in its own thread, `async def` hooks on the loop), so a slow or failing plugin delays
+neither the agents nor the other plugins. Failures are counted per plugin in GET /diagnostics.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import inspect
+import json
+import logging
+import queue
+import threading
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import Any
+
+from ..actor import UNKNOWN_ACTOR, current_actor
+from ..events import (
+    AssignFinished,
+    AssignStarted,
+    Event,
+    FlowRunFinished,
+    FlowRunStarted,
+    HandoffFinished,
+    HandoffStarted,
+    InboxDelivered,
+    InboxFailed,
+    InboxQueued,
+    SessionCreated,
+    SessionKilled,
+    StatusChanged,
+    TerminalRemoved,
+    TerminalSpawned,
+    WorkflowEvent,
+)
+from .manager import Plugins
+
+log = logging.getLogger(__name__)
+
+MAX_PLUGIN_QUEUE = 10_000  # events one plugin may lag behind; more are dropped and counted
+DRAIN_ON_STOP_S = 5.0  # at shutdown, how long each plugin may take to finish its queue
+SCHEDULER_ACTOR = "scheduler"  # what a flow run that no request started is credited to
+LOG_EVERY_NTH_FAILURE = 100  # a plugin failing on every event is logged once in so many
+
+# (hook, event type, the hook's own arguments besides `event`)
+Described = tuple[str, str, dict[str, Any]]
+
+
+def describe(event: Event) -> Described | None:
+    """The hook and the event type plugins see for a bus event; None: not for plugins."""
+    match event:
+        case SessionCreated():
+            return "post_create_session", "session.created", _args(event, "session_name", "terminal_id")
+        case SessionKilled():
+            return "post_kill_session", "session.killed", _args(event, "session_name")
+        case TerminalSpawned():
+            return "post_create_terminal", "terminal.spawned", _args(event, "terminal_id", "session_name", "caller_id")
+        case TerminalRemoved():
+            return "post_kill_terminal", "terminal.removed", _args(event, "terminal_id", "reason")
+        case StatusChanged():
+            args: dict[str, Any] = {
+                "terminal_id": event.terminal_id,
+                "status": str(event.status),
+                "previous": str(event.previous),
+            }
+            return "post_status_change", "terminal.status", args
+        case InboxQueued():
+            return "post_send_message", "inbox.queued", _args(event, "message_id", "sender_id", "receiver_id")
+        case InboxDelivered() | InboxFailed():
+            args = {
+                **_args(event, "message_id", "sender_id", "receiver_id"),
+                "delivered": isinstance(event, InboxDelivered),
+            }
+            return "post_inbox_delivery", "inbox.delivered" if args["delivered"] else "inbox.failed", args
+        case HandoffStarted() | HandoffFinished():
+            phase = "started" if isinstance(event, HandoffStarted) else "finished"
+            return "post_handoff", f"handoff.{phase}", {"phase": phase, **_args(event, "agent", "caller_id")}
+        case AssignStarted() | AssignFinished():
+            phase = "started" if isinstance(event, AssignStarted) else "finished"
+            return "post_assign", f"assign.{phase}", {"phase": phase, **_args(event, "terminal_id", "caller_id")}
+        case FlowRunStarted() | FlowRunFinished():
+            phase = "started" if isinstance(event, FlowRunStarted) else "finished"
+            return "post_flow_run", f"flow.run.{phase}", {"phase": phase, **_args(event, "flow_name", "run_id")}
+        case WorkflowEvent():
+            kind = f"workflow.{event.journal_type}"
+            if event.journal_type.startswith("run."):
+                return "post_workflow_run", kind, {"run_id": event.run_id}
+            return "post_workflow_step", kind, {"run_id": event.run_id, "step_id": event.step_id or ""}
+    return None
+
+
+def _args(event: Event, *names: str) -> dict[str, Any]:
+    return {name: getattr(event, name) for name in names}
+
+
+def actor_of(event: Event, noted: str | None) -> str:
+    """Who caused it: an agent for its own status; the calling terminal of a worker, handoff
+    or assign; a message's sender; else whoever published it (an API client, or the caller
+    of the step it happened in); else the scheduler for a flow's run; else "api"."""
+    if isinstance(event, StatusChanged):
+        return event.terminal_id
+    for name in ("caller_id", "sender_id"):
+        value = getattr(event, name, None)
+        if value:
+            return str(value)
+    if noted:
+        return noted
+    return SCHEDULER_ACTOR if isinstance(event, FlowRunStarted | FlowRunFinished) else UNKNOWN_ACTOR
+
+
+def _jsonable(value: object) -> object:
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        return dataclasses.asdict(value)
+    if isinstance(value, set | frozenset):
+        return sorted(value, key=str)
+    return str(value)
+
+
+class PluginThread:
+    """A plugin's own daemon thread for its plain (not `async def`) hooks: a hook that blocks
+    holds only this thread; it never stalls the loop, the other plugins, or the server's exit."""
+
+    def __init__(self, name: str):
+        self.name = name
+        self._calls: queue.SimpleQueue = queue.SimpleQueue()
+        self._thread: threading.Thread | None = None
+
+    async def call(self, function: Callable[..., Any], kwargs: dict[str, Any]) -> Any:
+        if self._thread is None:
+            self._thread = threading.Thread(target=self._serve, name=f"plugin:{self.name}", daemon=True)
+            self._thread.start()
+        loop = asyncio.get_running_loop()
+        answer: asyncio.Future = loop.create_future()
+        self._calls.put((function, kwargs, loop, answer))
+        return await answer
+
+    def close(self) -> None:
+        if self._thread is not None:
+            self._calls.put(None)
+
+    def _serve(self) -> None:
+        while (call := self._calls.get()) is not None:
+            function, kwargs, loop, answer = call
+            try:
+                result, error = function(**kwargs), None
+            except BaseException as exc:  # handed to the plugin's task, which counts it
+                result, error = None, exc
+            try:
+                loop.call_soon_threadsafe(_settle, answer, result, error)
+            except RuntimeError:  # the loop is closed: cao-server is exiting
+                return
+
+
+def _settle(answer: asyncio.Future, result: Any, error: BaseException | None) -> None:
+    if answer.cancelled():
+        return
+    if error is not None:
+        answer.set_exception(error)
+    else:
+        answer.set_result(result)
+
+
+@dataclass
+class _HookImpl:
+    function: Callable[..., Any]
+    argnames: tuple[str, ...]
+    is_async: bool
+
+
+@dataclass
+class PluginWorker:
+    """One plugin's queue, task and counts."""
+
+    name: str
+    source: str
+    plugin: object
+    queue: asyncio.Queue = field(default_factory=lambda: asyncio.Queue(MAX_PLUGIN_QUEUE))
+    task: asyncio.Task | None = None
+    handled: int = 0
+    failures: int = 0
+    dropped: int = 0
+    last_failure: str | None = None
+    impls: dict[str, list[_HookImpl]] = field(default_factory=dict)
+    thread: PluginThread = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.thread = PluginThread(self.name)
+
+    def stats(self) -> dict[str, Any]:
+        return {
+            "name": self.name,
+            "source": self.source,
+            "state": "running",
+            "handled": self.handled,
+            "failures": self.failures,
+            "last_failure": self.last_failure,
+            "queued": self.queue.qsize(),
+            "dropped": self.dropped,
+        }
+
+
+class PluginDispatcher:
+    def __init__(self, plugins: Plugins):
+        self.plugins = plugins
+        self.workers = [PluginWorker(load.name, load.source, load.plugin) for load in plugins.running]
+        self._boot = uuid.uuid4().hex[:8]  # event ids stay unique across restarts
+        self._seq = 0
+        self._actors: dict[int, str] = {}  # id(event) → actor noted at publish, until handled
+
+    # --- on the bus -------------------------------------------------------------------
+    def note_publish(self, event: Event) -> None:
+        """Publish observer: remember the actor in the publisher's context (request, step)."""
+        if self.workers and event.lossless:
+            actor = current_actor()
+            if actor is not None:
+                self._actors[id(event)] = actor
+
+    def handle(self, event: Event) -> None:
+        """The bus consumer: describe the event once, queue it for every plugin."""
+        noted = self._actors.pop(id(event), None)
+        if not self.workers:
+            return
+        described = describe(event)
+        if described is None:
+            return
+        hook, kind, args = described
+        self._seq += 1
+        doc = {
+            "id": f"{self._boot}-{self._seq}",
+            "seq": self._seq,
+            "type": kind,
+            "hook": hook,
+            "topic": event.topic,
+            "at": datetime.now(UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z"),
+            "actor": actor_of(event, noted),
+            "data": {f.name: getattr(event, f.name) for f in dataclasses.fields(event)},
+        }
+        payload = json.dumps(doc, default=_jsonable)
+        for worker in self.workers:
+            try:
+                worker.queue.put_nowait((hook, payload, args))
+            except asyncio.QueueFull:
+                worker.dropped += 1
+                if worker.dropped == 1 or worker.dropped % 1000 == 0:
+                    log.warning(
+                        "plugin %s is %d events behind: dropped %d", worker.name, MAX_PLUGIN_QUEUE, worker.dropped
+                    )
+
+    # --- each plugin's task ---------------------------------------------------------------
+    def start(self) -> None:
+        loop = asyncio.get_running_loop()
+        for worker in self.workers:
+            worker.task = loop.create_task(self._drain(worker), name=f"plugin:{worker.name}")
+
+    async def stop(self) -> None:
+        """Let each plugin finish its queue (bounded), then tell it to close."""
+        running = [w for w in self.workers if w.task is not None]
+        await asyncio.gather(*(self._finish(w) for w in running))
+
+    async def _finish(self, worker: PluginWorker) -> None:
+        try:
+            await asyncio.wait_for(worker.queue.join(), DRAIN_ON_STOP_S)
+        except TimeoutError:
+            log.warning("plugin %s: %d events not handled at shutdown", worker.name, worker.queue.qsize())
+        assert worker.task is not None
+        worker.task.cancel()
+        await asyncio.gather(worker.task, return_exceptions=True)
+        try:
+            await asyncio.wait_for(self._call(worker, "cao_shutdown", {}), DRAIN_ON_STOP_S)
+        except TimeoutError:
+            log.warning("plugin %s did not close within %ss", worker.name, DRAIN_ON_STOP_S)
+        worker.thread.close()
+
+    async def _drain(self, worker: PluginWorker) -> None:
+        while True:
+            hook, payload, args = await worker.queue.get()
+            try:
+                # Each call gets its own copy of the event: a plugin cannot alter what others see.
+                await self._call(worker, hook, {"event": json.loads(payload), **args})
+                await self._call(worker, "post_event", {"event": json.loads(payload)})
+                worker.handled += 1
+            finally:
+                worker.queue.task_done()
+
+    async def _call(self, worker: PluginWorker, hook: str, args: dict[str, Any]) -> None:
+        for impl in self._impls(worker, hook):
+            wanted = {name: args[name] for name in impl.argnames}
+            try:
+                if impl.is_async:
+                    await impl.function(**wanted)
+                else:
+                    result = await worker.thread.call(impl.function, wanted)
+                    if asyncio.iscoroutine(result):
+                        await result
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:  # counted and shown; never reaches the agents or other plugins
+                worker.failures += 1
+                worker.last_failure = f"{hook}: {type(exc).__name__}: {exc}"
+                if worker.failures == 1 or worker.failures % LOG_EVERY_NTH_FAILURE == 0:
+                    log.warning(
+                        "plugin %s failed on %s (%d failures so far)", worker.name, hook, worker.failures, exc_info=exc
+                    )
+
+    def _impls(self, worker: PluginWorker, hook: str) -> list[_HookImpl]:
+        if hook not in worker.impls:
+            caller = getattr(self.plugins.pm.hook, hook)
+            worker.impls[hook] = [
+                _HookImpl(impl.function, tuple(impl.argnames), inspect.iscoroutinefunction(impl.function))
+                for impl in caller.get_hookimpls()
+                if impl.plugin is worker.plugin
+            ]
+        return worker.impls[hook]
+
+    # --- GET /diagnostics ---------------------------------------------------------------------
+    def stats(self) -> list[dict[str, Any]]:
+        """Every enabled plugin: running with its counts, or not running and why."""
+        shown = [w.stats() for w in self.workers]
+        shown += [
+            {"name": load.name, "source": load.source, "state": load.state, "error": load.error}
+            for load in self.plugins.loads
+            if load.plugin is None
+        ]
+        shown += [
+            {"name": None, "source": "settings", "state": "settings error", "error": p} for p in self.plugins.problems
+        ]
+        return shown
