@@ -85,6 +85,8 @@ def main() -> int:
         ("cao turn → COMPLETED (2nd turn on), median ms", med("cao_turn_ms", 1), ""),
         ("  overhead over the bare CLI, ms", med("cao_turn_ms", 1) - med("bare_turn_ms"), ""),
         ("  over the bare turn given as cao gives it, ms", med("cao_turn_ms", 1) - med("bare_pasted_turn_ms"), ""),
+        ("bare CLI turn from the first typed key, median ms", med("bare_message_turn_ms"), ""),
+        ("  cao turn over that, ms", med("cao_turn_ms", 1) - med("bare_message_turn_ms"), ""),
         ("cao first turn of a fresh agent, ms", results["cao_turn_ms"][0], ""),
         ("RSS per agent (claude + cao-mcp-server), median MB", statistics.median(rss), ""),
     ]

@@ -98,6 +98,8 @@ def bare_against_cao(spawns: int, turns: int) -> dict:
         ("cao turn → COMPLETED (2nd turn on), median ms", cao, ""),
         ("  overhead over the bare CLI, ms", cao - bare, ""),
         ("  over the bare turn given as cao gives it, ms", cao - pasted, ""),
+        ("bare CLI turn from the first typed key, median ms", statistics.median(results["bare_message_turn_ms"]), ""),
+        ("  cao turn over that, ms", cao - statistics.median(results["bare_message_turn_ms"]), ""),
     ]
     report(rows, results, "real_codex")
     return results

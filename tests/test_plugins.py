@@ -371,6 +371,7 @@ NOT_FOR_PLUGINS = {
     "TerminalOutput",
     "ScreenSnapshot",
     "TerminalResized",
+    "ComposerChanged",
     "TerminalExited",
     "InputSubmitted",
     "HookReceived",

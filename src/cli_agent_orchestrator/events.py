@@ -90,6 +90,19 @@ class ScreenSnapshot(Event):
 
 
 @dataclass(frozen=True)
+class ComposerChanged(Event):
+    """The agent's composer (its input line) now holds unsubmitted text, or no longer does,
+    as the screen reads. A paste has been drawn once it holds text."""
+
+    terminal_id: str
+    has_text: bool
+
+    @property
+    def topic(self) -> str:
+        return f"terminal.{self.terminal_id}.composer"
+
+
+@dataclass(frozen=True)
 class TerminalResized(Event):
     """The pane changed size (a human attached with another terminal size)."""
 

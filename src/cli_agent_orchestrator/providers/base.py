@@ -127,6 +127,10 @@ class Provider:
     # A pause between the paste and Enter for CLIs that read an Enter arriving right
     # after a paste as part of it (Gemini turns it into a newline). A CLI quirk, not sync.
     enter_delay_s: float = 0.0
+    # The CLI takes an Enter only once the paste is drawn (an Enter in the same read as the
+    # paste becomes part of it): Enter waits for the composer to show the text (ComposerChanged),
+    # at most `enter_delay_s`.
+    enter_after_echo: bool = False
     # Why a launch of this profile cannot work (a file the CLI needs is missing), or None;
     # checked before anything is allocated, so the request is a 400 that says what to do.
     preflight: Callable[[str, Mapping[str, str]], str | None] = no_preflight

@@ -245,5 +245,7 @@ PROVIDER = Provider(
     accepts_input_while_busy=False,
     status_from_hook=status_from_hook,
     dialog_keys=dialog_keys,
-    enter_delay_s=0.05,  # Gemini reads an Enter within ~30 ms of a paste as a newline
+    # Gemini reads an Enter within ~30 ms of a paste as a newline; waiting for the paste to be
+    # drawn is not enough (measured: the Enter right after the draw is still taken as a newline).
+    enter_delay_s=0.05,
 )

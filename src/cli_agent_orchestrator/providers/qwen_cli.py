@@ -186,4 +186,6 @@ PROVIDER = Provider(
     accepts_input_while_busy=False,
     status_from_hook=status_from_hook,
     dialog_keys=dialog_keys,
+    enter_delay_s=0.5,  # at most: like Gemini, Qwen reads an Enter right after a paste as part of it
+    enter_after_echo=True,
 )

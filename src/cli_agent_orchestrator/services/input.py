@@ -21,7 +21,7 @@ import re
 
 from ..backends.base import TerminalBackend
 from ..bus import EventBus
-from ..events import InputSubmitted, StatusChanged
+from ..events import ComposerChanged, InputSubmitted, StatusChanged
 from ..models import TerminalStatus
 from .status.monitor import StatusMonitor
 
@@ -100,10 +100,21 @@ class InputService:
         stream = self.bus.open_stream(f"submit:{terminal_id}", f"terminal.{terminal_id}.status", 1 << 20)
         try:
             self.bus.publish(InputSubmitted(terminal_id, turn))
-            await self.backend.paste(window_id, neutralise(text))
             view = self.monitor.view(terminal_id)
-            if view is not None and view.provider.enter_delay_s > 0:
-                await asyncio.sleep(view.provider.enter_delay_s)
+            echo = (
+                self.bus.open_stream(f"echo:{terminal_id}", f"terminal.{terminal_id}.composer", 64)
+                if view is not None and view.provider.enter_after_echo
+                else None
+            )
+            try:
+                await self.backend.paste(window_id, neutralise(text))
+                if echo is not None and view is not None:
+                    await self._drawn(echo, terminal_id, view.provider.enter_delay_s)
+                elif view is not None and view.provider.enter_delay_s > 0:
+                    await asyncio.sleep(view.provider.enter_delay_s)
+            finally:
+                if echo is not None:
+                    self.bus.close_stream(echo)
             for attempt in range(SUBMIT_RETRIES + 1):
                 await self.backend.send_keys(window_id, ["Enter"])
                 if await self._confirmed(stream, turn):
@@ -117,6 +128,17 @@ class InputService:
             return turn
         finally:
             self.bus.close_stream(stream)
+
+    async def _drawn(self, stream, terminal_id: str, limit: float) -> None:
+        """Until the composer shows the pasted text (or `limit` seconds)."""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + limit
+        view = self.monitor.view(terminal_id)
+        if view is not None and view.composer_has_text:
+            return
+        while (event := await self.bus.next_event(stream, deadline - loop.time())) is not None:
+            if isinstance(event, ComposerChanged) and event.has_text:
+                return
 
     async def _confirmed(self, stream, turn: int) -> bool:
         loop = asyncio.get_running_loop()

@@ -19,6 +19,7 @@ import pyte
 
 from ...bus import EventBus
 from ...events import (
+    ComposerChanged,
     Event,
     HookReceived,
     InputSubmitted,
@@ -252,7 +253,9 @@ class StatusMonitor:
         except Exception:
             log.exception("provider %s read_status failed", term.provider.name)
             return
-        term.composer_has_text = reading.composer_has_text
+        if term.composer_has_text != reading.composer_has_text:
+            term.composer_has_text = reading.composer_has_text
+            self.bus.publish(ComposerChanged(terminal_id, reading.composer_has_text))
         new = reading.status
         held = self._held.get(terminal_id)
         if held is not None and new not in (TerminalStatus.PROCESSING, TerminalStatus.UNKNOWN):
