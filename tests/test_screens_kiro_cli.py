@@ -127,3 +127,34 @@ def test_launch_names_the_agent_cao_install_writes_with_the_same_tool_set(tmp_pa
     cao = document["mcpServers"]["cao-mcp-server"]
     assert (cao["command"], cao["timeout"]) == ("/opt/cao/bin/cao-mcp-server", kiro_agent.CAO_MCP_TIMEOUT_MS)
     assert tool_policy.ENFORCEMENT["kiro_cli"] == "hard"
+
+
+# --- the flag probe (contract §11) ---------------------------------------------------------------
+# A `kiro-cli chat --help` written by hand from the flags the contract names (Kiro cannot be
+# installed here, so this is synthesised, not captured).
+SYNTHESISED_CHAT_HELP = """Usage: kiro-cli chat [OPTIONS] [INPUT]
+
+Options:
+      --agent <AGENT>            Agent to use
+      --agent-engine <ENGINE>    Agent engine [possible values: v2]
+      --model <MODEL>            Model to use
+  -a, --trust-all-tools          Allow the model to use any tool without asking
+      --legacy-ui                Use the line-mode interface
+  -h, --help                     Print help
+"""
+
+
+def test_the_flag_probe_names_what_an_older_kiro_lacks():
+    assert kiro.missing_flags(SYNTHESISED_CHAT_HELP) == []
+    older = SYNTHESISED_CHAT_HELP.replace("--agent-engine", "--engine").replace("--legacy-ui", "--classic")
+    assert kiro.missing_flags(older) == ["--agent-engine", "--legacy-ui"]
+    # `--agent` is not found inside `--agent-engine` alone.
+    only_engine = "      --agent-engine <ENGINE>\n  -a, --trust-all-tools\n      --legacy-ui\n"
+    assert kiro.missing_flags(only_engine) == ["--agent"]
+
+
+def test_preflight_without_kiro_on_path_asks_for_the_agent_file_only(tmp_path):
+    env = {"CAO_AGENTS_DIR": str(tmp_path), "PATH": str(tmp_path / "bin"), "HOME": str(tmp_path)}
+    assert "run `cao install dev --provider kiro_cli` first" in (kiro.preflight("dev", env) or "")
+    (tmp_path / "dev.json").write_text("{}")
+    assert kiro.preflight("dev", env) is None  # no kiro-cli: the launch's own check reports that

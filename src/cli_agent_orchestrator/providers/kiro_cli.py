@@ -17,8 +17,11 @@ The idle prompt's profile part matches any agent name, not only this terminal's.
 
 from __future__ import annotations
 
+import functools
+import os
 import re
 import shutil
+import subprocess
 import textwrap
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -76,16 +79,46 @@ def agents_dir(environ: Mapping[str, str]) -> Path:
     return Path(environ.get("CAO_AGENTS_DIR") or Path(home) / ".kiro" / "agents").expanduser()
 
 
+# The flags cao's launch line needs from `kiro-cli chat` (contract §11: probed before launch).
+REQUIRED_CHAT_FLAGS = ("--agent-engine", "--trust-all-tools", "--agent", "--legacy-ui")
+HELP_TIMEOUT_S = 10.0
+
+
+def missing_flags(help_text: str) -> list[str]:
+    """The required flags `kiro-cli chat --help` does not list."""
+    return [flag for flag in REQUIRED_CHAT_FLAGS if not re.search(rf"(?<![\w-]){re.escape(flag)}(?![\w-])", help_text)]
+
+
+@functools.lru_cache(maxsize=8)
+def _chat_help(binary: str, mtime_ns: int) -> str | None:
+    """`kiro-cli chat --help`, once per binary version (its path and mtime); None if it cannot run."""
+    try:
+        done = subprocess.run(
+            [binary, "chat", "--help"], capture_output=True, text=True, timeout=HELP_TIMEOUT_S, stdin=subprocess.DEVNULL
+        )
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return done.stdout + done.stderr
+
+
 def preflight(profile_name: str, environ: Mapping[str, str]) -> str | None:
     """Kiro takes the agent's tools, prompt and cao-mcp-server from its agent file only:
-    without it the agent would start without cao's tools."""
+    without it the agent would start without cao's tools. And the installed kiro-cli must know
+    the flags of cao's launch line (an older one would start with other defaults or fail)."""
     path = agents_dir(environ) / f"{profile_name}.json"
-    if path.is_file():
-        return None
-    return (
-        f"kiro_cli needs the agent file {path} for profile {profile_name!r} (its tools and cao-mcp-server); "
-        f"run `cao install {profile_name} --provider kiro_cli` first"
-    )
+    if not path.is_file():
+        return (
+            f"kiro_cli needs the agent file {path} for profile {profile_name!r} (its tools and cao-mcp-server); "
+            f"run `cao install {profile_name} --provider kiro_cli` first"
+        )
+    binary = shutil.which("kiro-cli", path=environ.get("PATH") or os.defpath)
+    if binary is None:
+        return None  # the launch's own check says so
+    help_text = _chat_help(binary, os.stat(binary).st_mtime_ns)
+    missing = missing_flags(help_text) if help_text is not None else []
+    if missing:
+        return f"{binary} lacks {', '.join(missing)} (`kiro-cli chat --help`); cao needs a kiro-cli that has them"
+    return None
 
 
 def build_launch(ctx: LaunchContext) -> Launch:

@@ -139,7 +139,8 @@ class Spawner:
             log.info("%s", ignored)
         try:
             spec = get_provider(provider)  # unknown provider → 400 before anything is allocated
-            unready = spec.preflight(profile.name, self.environ)  # e.g. Kiro's agent file is missing
+            # e.g. Kiro's agent file is missing; may run the CLI's --help, so off the event loop
+            unready = await asyncio.to_thread(spec.preflight, profile.name, self.environ)
             if unready and not by_default:
                 raise InvalidInput(unready)
             if not os.path.isabs(spec.binary) and shutil.which(spec.binary) is None:
