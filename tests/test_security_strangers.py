@@ -300,13 +300,14 @@ def test_websocket_refusals_close_with_4403_and_4401(
             conn, client = listener.accept()
             with conn:
                 server = conn.getsockname()
-                [closed] = attempt(client, server)
+                accepted, closed = attempt(client, server)  # accepted, so the client reads the code
+                assert accepted["type"] == "websocket.accept"
                 assert closed["type"] == "websocket.close" and closed["code"] == 4403
                 assert attempt(client, server, [(b"authorization", f"Bearer {token}".encode())]) == []
         finally:
             holder.stdin.close()
             holder.wait(20)
-    [closed] = attempt(("192.0.2.77", 50000), ("192.0.2.2", 9889))
+    _, closed = attempt(("192.0.2.77", 50000), ("192.0.2.2", 9889))
     assert closed["code"] == 4401
     assert len(reached) == 1
 

@@ -19,6 +19,12 @@ class InvalidInput(CaoError):
     http_status = 400
 
 
+class Unauthorized(CaoError):
+    """A credential that does not admit (a used or expired login ticket)."""
+
+    http_status = 401
+
+
 class Forbidden(CaoError):
     http_status = 403
 

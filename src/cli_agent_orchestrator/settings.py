@@ -9,7 +9,7 @@ from __future__ import annotations
 import hashlib
 import ipaddress
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from .auth_token import TOKEN_FILE_NAME
@@ -83,6 +83,10 @@ class Settings:
     # How long a handed-off worker that stopped at a question is kept for its caller to answer
     # (`answer_user_prompt`) before it is removed; CAO_HANDOFF_GRACE_SECONDS.
     handoff_grace: float = 300.0
+    # The terminal WebSocket (/terminals/{id}/ws): client addresses beside loopback, and
+    # origins beside the server's own and the CORS list (`*` = any, for each).
+    ws_allowed_clients: list[str] = field(default_factory=list)
+    ws_allowed_origins: list[str] = field(default_factory=list)
 
     @classmethod
     def from_env(cls) -> Settings:
@@ -116,6 +120,8 @@ class Settings:
             db_busy_timeout=max(0.1, _env_float("CAO_DB_BUSY_TIMEOUT", 10.0)),
             default_provider=os.environ.get("CAO_DEFAULT_PROVIDER", "").strip() or DEFAULT_PROVIDER,
             handoff_grace=max(0.0, _env_float("CAO_HANDOFF_GRACE_SECONDS", 300.0)),
+            ws_allowed_clients=_env_list("CAO_WS_ALLOWED_CLIENTS"),
+            ws_allowed_origins=_env_list("CAO_WS_ALLOWED_ORIGINS"),
         )
 
     @property

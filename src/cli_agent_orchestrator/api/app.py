@@ -11,6 +11,8 @@ from fastapi.middleware.cors import CORSMiddleware
 from .. import __version__
 from ..bootstrap import Runtime, build_runtime
 from ..settings import Settings
+from ..web.logins import Logins
+from ..web.static import mount_page
 from .actor import ActorMiddleware
 from .auth import OwnerOrToken
 from .errors import EVERY_ROUTE, install_error_handlers
@@ -20,6 +22,8 @@ from .limits import BodySizeLimit
 from .profile_routes import router as profile_router
 from .routes import router
 from .security import RequestGate, cors_origins
+from .terminal_ws import router as terminal_ws_router
+from .ui_routes import router as ui_router
 from .workflow_routes import router as workflow_router
 
 
@@ -43,6 +47,7 @@ def create_app(settings: Settings | None = None, runtime: Runtime | None = None)
     )
 
     install_error_handlers(app)
+    app.state.logins = logins = Logins()  # browser sessions (web UI), in memory
 
     @app.get("/health", responses=EVERY_ROUTE)
     async def health(request: Request) -> dict:
@@ -81,6 +86,9 @@ def create_app(settings: Settings | None = None, runtime: Runtime | None = None)
     app.include_router(flow_router)
     app.include_router(events_router)
     app.include_router(profile_router)
+    app.include_router(ui_router)
+    app.include_router(terminal_ws_router)
+    mount_page(app)  # last: every API route wins over the page
     app.add_middleware(BodySizeLimit, max_bytes=settings.max_body_bytes)
     app.add_middleware(ActorMiddleware)  # what a request causes is credited to its client
     app.add_middleware(
@@ -90,7 +98,9 @@ def create_app(settings: Settings | None = None, runtime: Runtime | None = None)
         allow_methods=["*"],
         allow_headers=["*"],
     )
+    # A stranger is refused before any route or other gate sees the request...
+    app.add_middleware(OwnerOrToken, settings=settings, logins=logins)
+    # ...after the header-only checks: a foreign Host or Origin, and a WebSocket's peer and
+    # Origin, are refused first (close 4003, then 4403, before 4401: the contract's order).
     app.add_middleware(RequestGate, settings=settings)
-    # Outermost: a stranger is refused before any other gate or route sees the request.
-    app.add_middleware(OwnerOrToken, settings=settings)
     return app

@@ -6,6 +6,12 @@ client's socket (peer.py): the server's own uid needs no credentials, so the own
 raw-HTTP scripts keep working, and any other user gets 403. Where the user cannot be known
 (a non-loopback peer, a forwarded request, no answer from the kernel) only
 `Authorization: Bearer <token>` with the token of `<home>/auth-token` admits, else 401.
+
+A browser is not its user: any site it shows can make it send requests. So a request that
+comes from a browser (it carries Fetch metadata, `Sec-Fetch-*`) is never admitted by its
+socket's user alone; it needs the cookie of a browser session (web/logins.py, opened with the
+one-time link `cao ui` prints), on a same-origin or user-typed request. Only the page's
+static shell and the sign-in call itself are open to a browser without one.
 """
 
 from __future__ import annotations
@@ -21,7 +27,9 @@ from pathlib import Path
 
 from ..auth_token import read_token
 from ..settings import Settings
+from ..web.logins import Logins
 from .peer import is_loopback, socket_owner_uid
+from .security import close_websocket
 
 log = logging.getLogger(__name__)
 
@@ -31,6 +39,14 @@ _BEARER = b"bearer "
 # Headers with which a proxy names another client: uvicorn then rewrites scope["client"]
 # (and trusts it from 127.0.0.1 by default), so that address says nothing about the socket.
 _FORWARDING_HEADERS = (b"x-forwarded-for", b"forwarded")
+_FETCH_METADATA = (b"sec-fetch-site", b"sec-fetch-mode", b"sec-fetch-dest")
+# Fetch metadata values of requests no other site can have started: the page's own, or typed.
+_OWN_SITE = (b"same-origin", b"none")
+# What a browser may fetch before it has signed in: the page shell (no data in it) and the
+# sign-in call, whose one-time ticket is its credential.
+_OPEN_TO_BROWSERS = {("GET", "/"), ("HEAD", "/"), ("GET", "/login"), ("HEAD", "/login"), ("POST", "/ui/login")}
+_OPEN_PREFIX = "/assets/"
+_SIGN_IN_HINT = "run `cao ui` on the server's machine and open the one-time login link it prints"
 _TOKEN_HINT = "send 'Authorization: Bearer <token>' with the token in the auth-token file of the server's cao home"
 
 
@@ -77,8 +93,9 @@ def ensure_token(path: Path) -> str:
 class OwnerOrToken:
     """ASGI middleware: admit the server's own user on loopback, or a valid bearer token."""
 
-    def __init__(self, app, settings: Settings):
+    def __init__(self, app, settings: Settings, logins: Logins | None = None):
         self.app = app
+        self.logins = logins or Logins()
         # Built by Starlette on the first ASGI event (lifespan start), so the token file is
         # created when the server starts, never at import or create_app() time.
         self.token = ensure_token(settings.auth_token_path).encode("ascii")
@@ -97,7 +114,7 @@ class OwnerOrToken:
                     client[1],
                     refusal.detail,
                 )
-                return await _refuse(scope, send, refusal)
+                return await _refuse(scope, receive, send, refusal)
         await self.app(scope, receive, send)
 
     def check(self, scope) -> Refusal | None:
@@ -106,6 +123,8 @@ class OwnerOrToken:
         presented = _bearer_token(headers)
         if presented is not None and hmac.compare_digest(presented, self.token):
             return None
+        if any(name in _FETCH_METADATA for name, _ in headers):
+            return self.check_browser(scope, headers)
         client, server = scope.get("client"), scope.get("server")
         if not (client and server and is_loopback(client[0])):
             reason = "the connection is not on loopback"
@@ -127,6 +146,38 @@ class OwnerOrToken:
             return Refusal(401, f"invalid bearer token ({reason}, so a token is required); {_TOKEN_HINT}")
         return Refusal(401, f"a token is required: {reason}; {_TOKEN_HINT}")
 
+    def check_browser(self, scope, headers: list[tuple[bytes, bytes]]) -> Refusal | None:
+        method = scope.get("method", "GET") if scope["type"] == "http" else "WEBSOCKET"
+        path = scope.get("path", "")
+        if (method, path) in _OPEN_TO_BROWSERS or (method in ("GET", "HEAD") and path.startswith(_OPEN_PREFIX)):
+            return None
+        session = session_cookie(headers, cookie_name(scope))
+        if session is None or not self.logins.check(session):
+            return Refusal(401, f"this browser has not signed in: {_SIGN_IN_HINT}")
+        site = next((value for name, value in headers if name == b"sec-fetch-site"), b"")
+        if site.lower() not in _OWN_SITE:
+            return Refusal(403, "a request started by another site is refused")
+        return None
+
+
+def cookie_name(scope) -> str:
+    """Cookies are shared by every port of a host: one name per server port keeps two servers'
+    browser sessions apart."""
+    server = scope.get("server") or ("", 0)
+    return f"cao_ui_{server[1]}"
+
+
+def session_cookie(headers: list[tuple[bytes, bytes]], name: str) -> str | None:
+    prefix = name + "="
+    for key, value in headers:
+        if key != b"cookie":
+            continue
+        for part in value.decode("latin-1").split(";"):
+            part = part.strip()
+            if part.startswith(prefix):
+                return part[len(prefix) :]
+    return None
+
 
 def _bearer_token(headers: list[tuple[bytes, bytes]]) -> bytes | None:
     for name, value in headers:
@@ -137,9 +188,9 @@ def _bearer_token(headers: list[tuple[bytes, bytes]]) -> bytes | None:
     return None
 
 
-async def _refuse(scope, send, refusal: Refusal) -> None:
+async def _refuse(scope, receive, send, refusal: Refusal) -> None:
     if scope["type"] == "websocket":
-        await send({"type": "websocket.close", "code": 4000 + refusal.status, "reason": refusal.detail[:120]})
+        await close_websocket(receive, send, 4000 + refusal.status, refusal.detail)
         return
     body = json.dumps({"detail": refusal.detail}).encode()
     headers = [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())]

@@ -3,6 +3,8 @@
 A browser page on another site can make a victim's browser POST to
 127.0.0.1:9889; the Origin check refuses such state-changing requests. A
 rebinding attack arrives with a foreign Host header; the Host check refuses it.
+A WebSocket is not covered by CORS at all, so its Origin is checked on every
+handshake, after its peer address (close 4003, then 4403).
 """
 
 from __future__ import annotations
@@ -11,6 +13,7 @@ import json
 from urllib.parse import urlsplit
 
 from ..settings import Settings
+from .peer import is_loopback
 
 _LOOPBACK_NAMES = {"localhost", "127.0.0.1", "::1", "[::1]"}
 _DEV_PORTS = (3000, 5173, 5174)
@@ -62,6 +65,10 @@ class RequestGate:
         self.any_host = "*" in settings.allowed_hosts
         self.origins = set(cors_origins(settings))
         self.any_origin = "*" in settings.cors_origins
+        # A `*` among the CORS origins does not open the WebSocket; only its own list can.
+        self.ws_origins = (self.origins - {"*"}) | set(settings.ws_allowed_origins)
+        self.ws_any_origin = "*" in settings.ws_allowed_origins
+        self.ws_clients = set(settings.ws_allowed_clients)
 
     async def __call__(self, scope, receive, send):
         if scope["type"] not in ("http", "websocket"):
@@ -69,8 +76,17 @@ class RequestGate:
         headers = {k.decode("latin-1").lower(): v.decode("latin-1") for k, v in scope.get("headers", [])}
         host = headers.get("host", "")
         if not self.any_host and _host_name(host) not in self.hosts:
-            return await _reject(scope, send, 400, "Invalid host header")
+            return await _reject(scope, receive, send, 400, "Invalid host header")
         origin = headers.get("origin", "")
+        if scope["type"] == "websocket":
+            client = (scope.get("client") or ("", 0))[0]
+            if not (
+                is_loopback(client) or client == "localhost" or "*" in self.ws_clients or client in self.ws_clients
+            ):
+                return await _reject(scope, receive, send, 403, "WebSocket client address not allowed", code=4003)
+            if origin and not (self.ws_any_origin or same_origin(origin, host) or origin in self.ws_origins):
+                return await _reject(scope, receive, send, 403, "WebSocket origin not allowed", code=4403)
+            return await self.app(scope, receive, send)
         method = scope.get("method", "GET")
         if (
             scope["type"] == "http"
@@ -80,13 +96,23 @@ class RequestGate:
             and not same_origin(origin, host)
             and origin not in self.origins
         ):
-            return await _reject(scope, send, 403, "Cross-origin request blocked")
+            return await _reject(scope, receive, send, 403, "Cross-origin request blocked")
         return await self.app(scope, receive, send)
 
 
-async def _reject(scope, send, status: int, detail: str) -> None:
+async def close_websocket(receive, send, code: int, reason: str) -> None:
+    """Refuse a WebSocket with a close code the client can read. Closed before the handshake
+    is accepted, a client would only see an HTTP 403; accepted first, it gets `code`."""
+    message = await receive()
+    if message.get("type") != "websocket.connect":
+        return
+    await send({"type": "websocket.accept"})
+    await send({"type": "websocket.close", "code": code, "reason": reason[:120]})
+
+
+async def _reject(scope, receive, send, status: int, detail: str, code: int = 4403) -> None:
     if scope["type"] == "websocket":
-        await send({"type": "websocket.close", "code": 4403})
+        await close_websocket(receive, send, code, detail)
         return
     body = json.dumps({"detail": detail}).encode()
     await send(

@@ -72,14 +72,31 @@ class TerminalBackend(Protocol):
     async def send_keys(self, window_id: str, keys: list[str]) -> None:
         """Press named keys; raises AgentExited like `paste`."""
 
+    async def send_bytes(self, window_id: str, data: bytes) -> None:
+        """Write bytes as typed by a terminal (a person at the web terminal): keys, escape
+        sequences and all, never interpreted by the backend; raises AgentExited like `paste`."""
+
+    async def resize(self, window_id: str, cols: int, rows: int) -> None:
+        """Give the window this size (the agent's program is told, as by a resized terminal)."""
+
     async def capture(
-        self, window_id: str, *, history: bool = False, escapes: bool = False, start: int | None = None
+        self,
+        window_id: str,
+        *,
+        history: bool = False,
+        escapes: bool = False,
+        start: int | None = None,
+        end: int | None = None,
     ) -> str: ...
 
     async def position(self, window_id: str) -> tuple[int, int] | None:
         """(history size, cursor row): the absolute line where typed text lands next."""
 
     async def current_path(self, window_id: str) -> str | None: ...
+
+    async def respawn(self, window_id: str, working_directory: str, command: str) -> None:
+        """Replace the window's program with `command` (a shell line of cao's own making), in
+        the same pane, still watched; its history is cleared. For a start that failed."""
 
     async def kill_window(self, window_id: str) -> None: ...
 

@@ -38,7 +38,7 @@ from ..errors import BackendError
 from ..events import BackendLost, TerminalExited
 from . import tmux_input
 from .base import WindowInfo, WindowRef
-from .tmux_commands import Reply, window_target
+from .tmux_commands import Reply, literal, window_target
 from .tmux_control import ControlClient
 from .tmux_panes import PaneMap
 from .tmux_pipe import PipePaneSource
@@ -312,16 +312,37 @@ class TmuxBackend:
     async def send_keys(self, window_id: str, keys: list[str]) -> None:
         await tmux_input.send_keys(self, window_id, keys)
 
+    async def respawn(self, window_id: str, working_directory: str, command: str) -> None:
+        target = window_target(window_id)
+        # -c is expanded as a format: literal() keeps a '#' in the path a '#'.
+        await self.run("respawn-pane", "-k", "-t", target, "-c", literal(working_directory), command)
+        await self.run("clear-history", "-t", target, check=False)
+
+    async def send_bytes(self, window_id: str, data: bytes) -> None:
+        await tmux_input.send_bytes(self, window_id, data)
+
+    async def resize(self, window_id: str, cols: int, rows: int) -> None:
+        await self.run("resize-window", "-t", window_target(window_id), "-x", str(int(cols)), "-y", str(int(rows)))
+
     async def capture(
-        self, window_id: str, *, history: bool = False, escapes: bool = False, start: int | None = None
+        self,
+        window_id: str,
+        *,
+        history: bool = False,
+        escapes: bool = False,
+        start: int | None = None,
+        end: int | None = None,
     ) -> str:
         """The pane's text: the visible screen, the whole history, or from line `start`
-        (tmux numbering: 0 is the top visible row, negative numbers reach into history)."""
+        (tmux numbering: 0 is the top visible row, negative numbers reach into history),
+        up to line `end` (-1: the last line of history, above the visible screen)."""
         args = ["capture-pane", "-p", "-t", window_target(window_id)]
         if history:
             args += ["-J", "-S", "-"]
         elif start is not None:
             args += ["-J", "-S", str(start)]
+        if end is not None:
+            args += ["-E", str(int(end))]
         if escapes:
             args.append("-e")
         return await self.run(*args)

@@ -56,6 +56,25 @@ async def send_keys(tmux: CommandRunner, window_id: str, keys: list[str]) -> Non
     await _check_alive(tmux, reply, window)
 
 
+async def send_bytes(tmux: CommandRunner, window_id: str, data: bytes) -> None:
+    # send-keys -H takes each byte as two hex digits: whatever the bytes are, tmux's parser
+    # sees only [0-9a-f] and the pane receives them unchanged.
+    window = window_target(window_id)
+    if not data:
+        return
+    typed = " ".join(f"{b:02x}" for b in data)
+    reply = await tmux.run_reply(
+        "if-shell",
+        "-F",
+        "-t",
+        window,
+        "#{pane_dead}",
+        f"display-message -p {_DEAD}",
+        f"send-keys -H -t {window} {typed}",
+    )
+    await _check_alive(tmux, reply, window)
+
+
 async def _check_alive(tmux: CommandRunner, reply: Reply, window: str, cleanup: list[str] | None = None) -> None:
     if reply.ok and _DEAD not in reply.text.split():
         return

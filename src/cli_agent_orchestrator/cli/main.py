@@ -20,6 +20,7 @@ from .commands.launch import launch
 from .commands.profile import profile
 from .commands.sessions import session
 from .commands.terminals import terminal
+from .commands.ui import ui
 from .commands.workflow import workflow
 
 
@@ -31,6 +32,7 @@ def cli() -> None:
 
 for command in (
     launch,
+    ui,
     attach,
     info,
     session,

@@ -106,6 +106,9 @@ class Provider:
     answer_startup_dialog: Callable[[Screen], Sequence[str] | None] = no_startup_dialog
     exit_command: str = "/exit"
     startup_timeout: float = 60.0
+    # A second launch line, tried once in the same window when the first does not become
+    # ready within the start-up timeout (Kiro: its TUI, then `--legacy-ui`); None: none.
+    fallback_launch: Callable[[LaunchContext], Launch | None] | None = None
     # Providers that accept typed input while busy (seed: eager inbox delivery).
     accepts_input_while_busy: bool = False
     # The CLI's own signals: a hook event (name, JSON payload) posted by `cao-hook`

@@ -8,7 +8,9 @@ synthesised), never on captured ones.
 Launch: `kiro-cli chat --agent-engine v2 [--legacy-ui] --trust-all-tools [--model M]
 --agent <profile>`. The agent (its tools and cao-mcp-server) is the Kiro agent JSON
 that `cao install` writes; CAO_TERMINAL_ID reaches cao-mcp-server through the pane's
-environment. With unrestricted tools the classic line-mode UI starts directly.
+environment. With unrestricted tools the classic line-mode UI starts directly; otherwise
+the TUI starts, and one that is not ready within the start-up timeout is replaced in its
+window by the line UI (`fallback_launch`; the terminal service tries it once).
 
 Status: §11's rules in order, first match wins, on the rendered screen rather than
 the reference's colour-stripped output stream (a redrawn line is one row either way).
@@ -131,6 +133,17 @@ def build_launch(ctx: LaunchContext) -> Launch:
     return Launch(argv=argv + ["--agent", ctx.profile_name])
 
 
+def build_legacy_launch(ctx: LaunchContext) -> Launch | None:
+    """The TUI did not come up in time: the same agent in the line UI (`--legacy-ui`), which
+    needs no full-screen terminal. None when the first launch already was the line UI."""
+    if unrestricted(ctx):
+        return None
+    first = build_launch(ctx)
+    argv = list(first.argv)
+    argv.insert(argv.index("--trust-all-tools"), "--legacy-ui")
+    return Launch(argv=argv, env=first.env)
+
+
 def answer_startup_dialog(screen: Screen) -> Sequence[str] | None:
     """The trust-all-tools consent: Down, Enter picks "Yes, I accept" for this session only."""
     rows = [row.rstrip() for row in screen.lines]
@@ -249,6 +262,7 @@ PROVIDER = Provider(
     answer_startup_dialog=answer_startup_dialog,
     exit_command="/exit",
     startup_timeout=60.0,
+    fallback_launch=build_legacy_launch,
     accepts_input_while_busy=False,
     preflight=preflight,
 )

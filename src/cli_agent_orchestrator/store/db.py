@@ -264,6 +264,16 @@ class Store:
             )
             return [r.receiver_id for r in rows]
 
+    def pending_counts(self) -> dict[str, int]:
+        """Pending messages per receiver (receivers with none are absent)."""
+        with self.engine.connect() as conn:
+            rows = conn.execute(
+                sa.select(inbox_messages.c.receiver_id, sa.func.count())
+                .where(inbox_messages.c.status == MessageStatus.PENDING.value)
+                .group_by(inbox_messages.c.receiver_id)
+            )
+            return {r[0]: int(r[1]) for r in rows}
+
     def next_pending(self, receiver_id: str) -> InboxMessage | None:
         """The receiver's oldest pending message, unless an earlier one's fate is still open
         (DELIVERING after a crash): order first."""

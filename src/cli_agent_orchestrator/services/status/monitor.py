@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from collections.abc import Callable
 
 import pyte
@@ -125,6 +126,7 @@ class StatusMonitor:
             term.rendered,
             term.composer_has_text,
             term.hook_reply,
+            term.status_since,
         )
 
     # --- consumers (registered in bootstrap) ------------------------------------
@@ -324,6 +326,8 @@ class StatusMonitor:
         previous = term.status
         if status == previous and reason == term.reason and not force:
             return
+        if status != previous:
+            term.status_since = time.time()
         term.status, term.reason, term.status_source = status, reason, source
         self.bus.publish(StatusChanged(terminal_id, status, previous, source, reason, term.turn))
         self._writer.put(terminal_id, status, source, reason)

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import collections
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
@@ -48,6 +49,7 @@ class WatchedTerminal:
     status: TerminalStatus = TerminalStatus.UNKNOWN
     status_source: str = ""
     reason: str = ""
+    status_since: float = field(default_factory=time.time)  # wall clock of the last status change
     turn: int = 0
     phase: str = SETTLED
     dirty: bool = False

@@ -153,7 +153,7 @@ class TerminalService:
         timeout = min(provider.startup_timeout, self.settings.provider_init_timeout)
         loop = asyncio.get_running_loop()
         deadline = loop.time() + timeout
-        answered = 0
+        answered, fell_back = 0, False
         while True:
             try:
                 status = await wait_for(
@@ -172,6 +172,21 @@ class TerminalService:
                     continue
             if status is not None and status != TerminalStatus.ERROR:
                 return status
+            if status is None and not fell_back:
+                argv = await self._spawner.fall_back(
+                    terminal_id, await self.window(terminal_id), term.working_directory
+                )
+                if argv is not None:
+                    fell_back, answered = True, 0
+                    deadline = loop.time() + timeout
+                    log.warning(
+                        "%s agent %s not ready within %.0fs; started again as: %s",
+                        term.provider,
+                        terminal_id,
+                        timeout,
+                        " ".join(argv[1:]),
+                    )
+                    continue
             tail = "\n".join(screen.last_nonblank(8)) if screen else ""
             view = self.monitor.view(terminal_id)
             reason = view.reason if view else ""

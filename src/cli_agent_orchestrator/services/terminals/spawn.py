@@ -19,7 +19,7 @@ from ...backends.base import TerminalBackend
 from ...errors import InvalidInput, NotFound
 from ...models import MODEL_RE, SAFE_NAME_RE, Terminal, Worktree
 from ...profiles import AgentProfile, load_profile
-from ...providers.base import LaunchContext
+from ...providers.base import LaunchContext, Provider
 from ...providers.registry import get_provider
 from ...settings import Settings
 from ...store import Store
@@ -120,6 +120,9 @@ class Spawner:
         self.monitor = monitor
         self.environ = environ
         self._session_lock = asyncio.Lock()
+        # Until its agent is ready: what a terminal's fallback launch needs (its provider,
+        # launch context and environment; secrets included, so kept in memory only).
+        self._fallbacks: dict[str, tuple[Provider, LaunchContext, dict[str, str]]] = {}
         self.starting: set[str] = set()  # terminals whose launch file may still be read
 
     async def resolve(self, req: CreateRequest) -> tuple[AgentProfile, str]:
@@ -229,17 +232,15 @@ class Spawner:
             created = False
             try:
                 launch = provider.build_launch(ctx)
-                write_env_file(
-                    launch_file,
-                    self.environ,
-                    {
-                        **checked_env_vars(req.env_vars),
-                        **(req.env or {}),
-                        **launch.env,
-                        "CAO_TERMINAL_ID": terminal_id,
-                        HOOK_SECRET_ENV: hook_secret,
-                    },
-                )
+                agent_env = {
+                    **checked_env_vars(req.env_vars),
+                    **(req.env or {}),
+                    "CAO_TERMINAL_ID": terminal_id,
+                    HOOK_SECRET_ENV: hook_secret,
+                }
+                write_env_file(launch_file, self.environ, {**agent_env, **launch.env})
+                if provider.fallback_launch is not None:
+                    self._fallbacks[terminal_id] = (provider, ctx, agent_env)
                 await self.store.run(self.store.add_terminal, term, None, hook_secret)
                 self.monitor.watch(terminal_id, provider)
                 try:
@@ -258,7 +259,27 @@ class Spawner:
                     shutil.rmtree(self.settings.tmp_dir / terminal_id, ignore_errors=True)
         return term
 
+    async def fall_back(self, terminal_id: str, window_id: str, workdir: str) -> list[str] | None:
+        """Start the provider's fallback launch in place of an agent that did not become ready
+        (once per terminal): same window and pane, still watched, its status read afresh.
+        The new argv, or None when there is no fallback (left)."""
+        pending = self._fallbacks.pop(terminal_id, None)
+        if pending is None:
+            return None
+        provider, ctx, agent_env = pending
+        assert provider.fallback_launch is not None  # only such providers are kept
+        launch = provider.fallback_launch(ctx)
+        if launch is None:
+            return None
+        launch_file = env_file(self.settings.tmp_dir, terminal_id)
+        write_env_file(launch_file, self.environ, {**agent_env, **launch.env})
+        self.monitor.forget(terminal_id)
+        self.monitor.watch(terminal_id, provider)
+        await self.backend.respawn(window_id, workdir, pane_command(launch_file, launch))
+        return launch.argv
+
     def launch_done(self, terminal_id: str) -> None:
         """The pane has read its launch file (or never will): make sure it is gone."""
+        self._fallbacks.pop(terminal_id, None)
         self.starting.discard(terminal_id)
         env_file(self.settings.tmp_dir, terminal_id).unlink(missing_ok=True)

@@ -1,0 +1,254 @@
+"""The web UI in real headless Chromium (Debian's package) driven by Playwright, against a real
+cao-server with mock agents: sign-in by `cao ui`'s one-time link, the live board, the live
+terminal with "take control", a waiting prompt answered from the page, a halted workflow step
+resumed with *rerun*, and refusals of cross-origin and unauthenticated use. Each test saves
+screenshots under test-artifacts/web-ui/ and fails on any console error.
+"""
+
+from __future__ import annotations
+
+import http.server
+import threading
+import time
+
+import pytest
+from browser_support import DESKTOP, PHONE, PageErrors, launch, login_link, screenshot, signed_in
+from conftest import CaoServer, wait_until
+from playwright.sync_api import expect, sync_playwright
+from workflow_support import Workflows
+
+pytestmark = pytest.mark.timeout(300)
+
+
+@pytest.fixture(scope="module")
+def browser():
+    with sync_playwright() as playwright:
+        chromium = launch(playwright)
+        try:
+            yield chromium
+        finally:
+            chromium.close()
+
+
+def row(page, terminal_id: str):
+    return page.locator(f"[data-terminal-id='{terminal_id}']").first
+
+
+def terminal_text(page) -> str:
+    return page.locator("#terminal .xterm-rows").inner_text()
+
+
+# --- sign-in -------------------------------------------------------------------------------
+def test_the_login_link_signs_in_once_and_leaves_no_ticket_behind(browser, cao: CaoServer):
+    link = login_link(cao)
+    ticket = link.split("#", 1)[1]
+    context = browser.new_context(viewport=DESKTOP)
+    try:
+        page = context.new_page()
+        errors = PageErrors(page)
+        page.goto(link)
+        page.wait_for_selector("[data-page=board]")
+        assert ticket not in page.url
+        history = page.evaluate("() => [location.href, history.length, document.referrer]")
+        assert all(ticket not in str(item) for item in history), history
+        cookies = context.cookies()
+        assert [c["name"] for c in cookies] == [f"cao_ui_{cao.port}"]
+        assert cookies[0]["httpOnly"] and cookies[0]["sameSite"] == "Strict" and cookies[0]["value"] != ticket
+        assert page.evaluate("() => document.cookie") == ""  # the page's script cannot read it
+        screenshot(page, "board-empty")
+        errors.assert_none()
+    finally:
+        context.close()
+    # The same link in another browser: used up.
+    other = browser.new_context(viewport=DESKTOP)
+    try:
+        page = other.new_page()
+        errors = PageErrors(page)
+        page.goto(link)
+        expect(page.get_by_text("already used or has expired")).to_be_visible()
+        screenshot(page, "login-link-used")
+        errors.assert_none(allowed=("401",))  # the refused login call is logged by the browser
+    finally:
+        other.close()
+
+
+def test_a_browser_that_has_not_signed_in_sees_nothing_but_how_to(browser, cao: CaoServer):
+    secret_id = cao.create_session()["id"]
+    context = browser.new_context(viewport=DESKTOP)
+    try:
+        page = context.new_page()
+        page.goto(cao.url + "/")
+        expect(page.get_by_text("cao ui").first).to_be_visible()
+        assert secret_id not in page.content()
+        status = page.evaluate("async () => (await fetch('/terminals')).status")
+        assert status == 401
+        screenshot(page, "not-signed-in")
+    finally:
+        context.close()
+
+
+def test_another_site_cannot_use_the_server_even_in_a_signed_in_browser(browser, cao: CaoServer, tmp_path):
+    tid = cao.create_session()["id"]
+    cao.wait_status(tid, "idle")
+    (tmp_path / "evil.html").write_text("<!doctype html><title>evil</title><p>another site</p>")
+    handler = lambda *a, **k: http.server.SimpleHTTPRequestHandler(*a, directory=str(tmp_path), **k)  # noqa: E731
+    evil = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    threading.Thread(target=evil.serve_forever, daemon=True).start()
+    try:
+        with signed_in(browser, cao) as (page, _errors):
+            attacker = page.context.new_page()
+            attacker.goto(f"http://localhost:{evil.server_address[1]}/evil.html")
+            outcome = attacker.evaluate(
+                """async ([base, tid]) => {
+                    const out = {};
+                    try { const r = await fetch(base + '/terminals', {credentials: 'include'});
+                          out.read = r.status; } catch (e) { out.read = 'blocked'; }
+                    try { const r = await fetch(base + '/terminals/' + tid + '/input', {method: 'POST',
+                          credentials: 'include', mode: 'no-cors', headers: {'content-type': 'text/plain'},
+                          body: JSON.stringify({message: 'from evil'})}); out.write = r.type; }
+                    catch (e) { out.write = 'blocked'; }
+                    out.ws = await new Promise(resolve => {
+                        const ws = new WebSocket(base.replace('http', 'ws') + '/terminals/' + tid + '/ws');
+                        ws.onclose = ev => resolve(ev.code);
+                        setTimeout(() => resolve('timeout'), 5000);
+                    });
+                    return out;
+                }""",
+                [cao.url, tid],
+            )
+            attacker.close()
+    finally:
+        evil.shutdown()
+    assert outcome["read"] == "blocked", outcome  # no CORS grant: the answer is unreadable
+    assert outcome["ws"] == 4403, outcome
+    time.sleep(1)
+    inputs = cao.client.get(f"/terminals/{tid}/output").json()["output"]
+    assert "from evil" not in inputs  # the blind write reached no agent
+
+
+# --- the board ------------------------------------------------------------------------------
+def test_the_board_shows_a_new_agent_and_its_status_changes_without_reload(browser, cao: CaoServer):
+    with signed_in(browser, cao) as (page, errors):
+        page.evaluate("() => { window.__sameDocument = true; }")
+        first = cao.create_session()["id"]
+        expect(row(page, first)).to_be_visible(timeout=10000)
+        expect(row(page, first).locator("[data-field=status]")).to_have_text("idle", timeout=15000)
+        cao.send(first, "__mock_sleep_3")
+        expect(row(page, first).locator("[data-field=status]")).to_have_text("processing", timeout=10000)
+        expect(row(page, first).locator("[data-field=status-source]")).not_to_be_empty()
+        expect(row(page, first).locator("[data-field=status]")).to_have_text("completed", timeout=15000)
+        # A worker shows its caller, and a message waiting in its inbox is counted.
+        session = cao.client.get(f"/terminals/{first}").json()["session_name"]
+        worker = cao.client.post(
+            f"/sessions/{session}/terminals",
+            params={"agent_profile": "reviewer", "provider": "mock_cli", "caller_id": first},
+        ).json()["id"]
+        expect(row(page, worker)).to_be_visible(timeout=10000)
+        expect(row(page, worker)).to_contain_text(first)
+        cao.wait_status(worker, "idle")
+        cao.send(worker, "__mock_sleep_4")
+        cao.wait_status(worker, "processing")
+        cao.client.post(f"/terminals/{worker}/inbox/messages", json={"sender_id": first, "message": "queued"})
+        expect(row(page, worker).locator("[data-field=pending-inbox]")).to_have_text("1", timeout=5000)
+        expect(row(page, worker).locator("[data-field=pending-inbox]")).to_have_text("0", timeout=20000)
+        assert page.evaluate("() => window.__sameDocument") is True  # never reloaded
+        screenshot(page, "board-desktop")
+        page.set_viewport_size(PHONE)
+        screenshot(page, "board-phone")
+        errors.assert_none()
+
+
+# --- the terminal ---------------------------------------------------------------------------
+def test_the_terminal_is_live_read_only_until_control_is_taken(browser, cao: CaoServer):
+    tid = cao.create_session()["id"]
+    cao.wait_status(tid, "idle")
+    with signed_in(browser, cao) as (page, errors):
+        page.goto(f"{cao.url}/#/terminal/{tid}")
+        page.wait_for_selector("#terminal .xterm-rows")
+        cao.send(tid, "shown live on the page")
+        wait_until(lambda: "MOCK: shown live on the page" in terminal_text(page), 15, message="live output")
+        cao.wait_status(tid, {"completed", "idle"})
+        # Read-only: keys typed into the view do not reach the agent.
+        page.locator("#terminal").click()
+        page.keyboard.type("ignored keys")
+        page.keyboard.press("Enter")
+        time.sleep(1.0)
+        assert "ignored keys" not in cao.client.get(f"/terminals/{tid}/output").json()["output"]
+        page.get_by_role("button", name="Take control").click()
+        expect(page.locator("#control-banner")).to_be_visible()
+        expect(page.locator("#control-banner")).to_contain_text("You are in control")
+        page.locator("#terminal").click()
+        page.keyboard.type("typed in the browser")
+        page.keyboard.press("Enter")
+        wait_until(lambda: "MOCK: typed in the browser" in terminal_text(page), 15, message="typed reply")
+        assert "MOCK: typed in the browser" in cao.client.get(f"/terminals/{tid}/output").json()["output"]
+        screenshot(page, "terminal-in-control")
+        page.get_by_role("button", name="Release control").click()
+        expect(page.locator("#control-banner")).to_be_hidden()
+        page.set_viewport_size(PHONE)
+        screenshot(page, "terminal-phone")
+        errors.assert_none()
+
+
+def test_a_waiting_prompt_is_answered_from_the_page(browser, cao: CaoServer):
+    tid = cao.create_session()["id"]
+    cao.wait_status(tid, "idle")
+    with signed_in(browser, cao) as (page, errors):
+        page.goto(f"{cao.url}/#/terminal/{tid}")
+        page.wait_for_selector("#terminal .xterm-rows")
+        cao.send(tid, "__mock_ask__")
+        option = page.locator("[data-option-key='1']")
+        expect(option).to_be_visible(timeout=15000)
+        expect(option).to_contain_text("Yes")
+        screenshot(page, "terminal-waiting-prompt")
+        option.click()
+        cao.wait_status(tid, {"completed", "idle"}, timeout=15)
+        expect(option).to_be_hidden(timeout=10000)
+        errors.assert_none()
+
+
+# --- workflows ------------------------------------------------------------------------------
+def test_a_halted_step_is_resumed_with_rerun_from_the_page(browser, cao: CaoServer):
+    wf = Workflows(cao)
+    name = wf.write(
+        "charge.py",
+        """
+        import os
+        from cao_workflow import step, emit_output
+        h = step("mock_cli", "reviewer", "charge the card", recovery="manual")
+        if os.environ.get("CAO_WORKFLOW_RESUME") != "1":
+            raise SystemExit(1)
+        emit_output({"out": h.output, "replayed": h.replayed})
+        """,
+    )
+    run_id = wf.run_ok(name)["run_id"]
+    halted = wf.resume_ok(run_id)
+    assert halted["kind"] == "halted"
+    with signed_in(browser, cao) as (page, errors):
+        page.goto(f"{cao.url}/#/workflows/runs/{run_id}")
+        rerun = page.locator("[data-step-id='call-1'][data-decision='rerun']")
+        expect(rerun).to_be_visible(timeout=10000)
+        expect(page.get_by_text("policy_manual").first).to_be_visible()
+        screenshot(page, "workflow-halted")
+        rerun.click()
+        done = wf.wait_done(run_id, timeout=60)
+        assert done["state"] == "completed" and done["steps"][0]["attempts"] == 2, done
+        expect(page.get_by_text("completed").first).to_be_visible(timeout=15000)
+        screenshot(page, "workflow-rerun-done")
+        page.goto(f"{cao.url}/#/workflows")
+        page.wait_for_selector(f"text={name}")
+        screenshot(page, "workflows")
+        errors.assert_none()
+
+
+def test_every_page_renders_without_console_errors(browser, cao: CaoServer):
+    tid = cao.create_session()["id"]
+    cao.wait_status(tid, "idle")
+    cao.client.delete(f"/terminals/{cao.create_session()['id']}")
+    for viewport, label in ((DESKTOP, "desktop"), (PHONE, "phone")):
+        with signed_in(browser, cao, viewport) as (page, errors):
+            for route in ("new", "workflows", "flows", "deleted"):
+                page.goto(f"{cao.url}/#/{route}")
+                page.wait_for_selector(f"[data-page={route}]")
+                screenshot(page, f"{route}-{label}")
+            errors.assert_none()
