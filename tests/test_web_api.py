@@ -321,7 +321,18 @@ async def test_terminal_socket_refusals_use_the_contract_close_codes(cao: CaoSer
     assert await close_code(ws_url(cao, tid), origin="http://evil.example") == 4403
     # A browser (Fetch metadata) without a session is refused even on the owner's uid.
     assert await close_code(ws_url(cao, tid), additional_headers={"sec-fetch-site": "same-origin"}) == 4401
-    async with websockets.connect(ws_url(cao, tid), origin=cao.url) as sock:  # same origin is fine
+    # A handshake with an Origin comes from a browser: it needs the browser session (or the token).
+    assert await close_code(ws_url(cao, tid), origin=cao.url) == 4401
+    cookie = sign_in(cao)
+    # A dev-server origin passes the Origin list, but a browser session is for the page's own origin.
+    dev = await close_code(ws_url(cao, tid), origin="http://localhost:5173", additional_headers={"cookie": cookie})
+    assert dev == 4403
+    token = (cao.home / "auth-token").read_text().strip()
+    async with websockets.connect(
+        ws_url(cao, tid), origin=cao.url, additional_headers={"authorization": f"Bearer {token}"}
+    ) as sock:
+        await read_until(sock, b"\x1b[8;")
+    async with websockets.connect(ws_url(cao, tid), origin=cao.url, additional_headers={"cookie": cookie}) as sock:
         await read_until(sock, b"\x1b[8;")
         await sock.send("{not json")
         with pytest.raises(websockets.ConnectionClosed) as closed:

@@ -82,6 +82,17 @@ def test_a_browser_that_has_not_signed_in_sees_nothing_but_how_to(browser, cao: 
         assert secret_id not in page.content()
         status = page.evaluate("async () => (await fetch('/terminals')).status")
         assert status == 401
+        # The terminal socket too: the browser's handshake carries Fetch metadata, so the
+        # owner's uid alone does not open it.
+        code = page.evaluate(
+            """(tid) => new Promise(resolve => {
+                const ws = new WebSocket(location.origin.replace('http', 'ws') + '/terminals/' + tid + '/ws');
+                ws.onclose = ev => resolve(ev.code);
+                setTimeout(() => resolve('timeout'), 5000);
+            })""",
+            secret_id,
+        )
+        assert code == 4401
         screenshot(page, "not-signed-in")
     finally:
         context.close()
@@ -252,3 +263,87 @@ def test_every_page_renders_without_console_errors(browser, cao: CaoServer):
                 page.wait_for_selector(f"[data-page={route}]")
                 screenshot(page, f"{route}-{label}")
             errors.assert_none()
+
+
+# --- acting from the page -------------------------------------------------------------------
+def test_a_session_is_created_messaged_interrupted_and_deleted_from_the_page(browser, cao: CaoServer, tmp_path):
+    workdir = tmp_path / "work"
+    workdir.mkdir()
+    with signed_in(browser, cao) as (page, errors):
+        page.on("dialog", lambda dialog: dialog.accept())  # the page confirms deletes
+        page.goto(f"{cao.url}/#/new")
+        page.select_option("#new-profile", "reviewer")
+        page.select_option("#new-provider", "mock_cli")
+        page.fill("#new-directory", str(workdir))
+        page.click("#new-review")
+        # The same confirmation as `cao launch`: profile, provider, directory, tool set.
+        review = page.locator("#launch-review")
+        expect(review).to_contain_text("fs_read")
+        expect(review.locator("[data-preview=working-directory]")).to_contain_text(str(workdir))
+        assert cao.client.get("/terminals").json() == []  # nothing runs before "Proceed"
+        screenshot(page, "new-session-review")
+        page.click("#launch-proceed")
+        page.wait_for_selector("main[data-page=terminal]")
+        [term] = cao.client.get("/terminals").json()
+        assert term["agent_profile"] == "reviewer" and term["working_directory"] == str(workdir)
+        tid = term["id"]
+        cao.wait_status(tid, "idle")
+        # Send now: a turn.
+        page.fill("#message", "sent from the page")
+        page.click("#send-now")
+        cao.wait_status(tid, "completed")
+        assert "MOCK: sent from the page" in cao.client.get(f"/terminals/{tid}/output").json()["output"]
+        # Queue in inbox while busy; delivered once the agent is done.
+        cao.send(tid, "__mock_sleep_4")
+        cao.wait_status(tid, "processing")
+        page.fill("#message", "queued from the page")
+        page.click("#queue-inbox")
+        wait_until(
+            lambda: cao.client.get(f"/terminals/{tid}/inbox/messages").json(), 10, message="queued message stored"
+        )
+        [queued] = cao.client.get(f"/terminals/{tid}/inbox/messages").json()
+        assert queued["message"] == "queued from the page" and queued["status"] == "pending"
+        # Interrupt the busy turn with Esc.
+        page.click("#interrupt-esc")
+        wait_until(
+            lambda: "queued from the page" in cao.client.get(f"/terminals/{tid}/output").json()["output"],
+            20,
+            message="the queued message delivered after the interrupt",
+        )
+        page.click("#delete-agent")
+        page.wait_for_selector("main[data-page=board]")  # the page goes back to the board once deleted
+        assert cao.client.get("/terminals").json() == []
+        # Its scrollback, shown again from the Deleted page.
+        page.goto(f"{cao.url}/#/deleted")
+        page.wait_for_selector(f"[data-deleted-id='{tid}']")
+        screenshot(page, "deleted")
+        page.click(f"[data-action=show-scrollback][data-terminal-id='{tid}']")
+        expect(page.locator(f"[data-scrollback-for='{tid}']")).to_contain_text("MOCK: sent from the page")
+        screenshot(page, "deleted-scrollback")
+        errors.assert_none()
+
+
+def test_flows_are_disabled_enabled_and_run_from_the_page(browser, cao: CaoServer, tmp_path):
+    flow = tmp_path / "nightly.flow.md"
+    flow.write_text(
+        '---\nname: "nightly"\nschedule: "0 0 1 1 *"\nagent_profile: "developer"\nprovider: "mock_cli"\n---\n\n'
+        "check the build\n"
+    )
+    assert cao.client.post("/flows", json={"path": str(flow)}).status_code == 201
+    with signed_in(browser, cao) as (page, errors):
+        page.goto(f"{cao.url}/#/flows")
+        toggle = page.locator("[data-action=toggle-flow][data-flow=nightly]")
+        expect(toggle).to_have_attribute("aria-pressed", "true")
+        toggle.click()
+        wait_until(lambda: cao.client.get("/flows/nightly").json()["enabled"] is False, 10, message="disabled")
+        expect(toggle).to_have_attribute("aria-pressed", "false")
+        toggle.click()
+        wait_until(lambda: cao.client.get("/flows/nightly").json()["enabled"] is True, 10, message="enabled")
+        page.click("[data-action=run-flow][data-flow=nightly]")
+        wait_until(
+            lambda: any(r["state"] != "running" for r in cao.client.get("/flows/nightly/runs").json()),
+            60,
+            message="the run started from the page finished",
+        )
+        screenshot(page, "flows-after-run")
+        errors.assert_none()

@@ -8,7 +8,11 @@ export function deletedPage(root) {
   const list = h("div", { id: "deleted" }, h("p", { class: "muted" }, "Loading…"));
   root.append(
     h("div", { class: "page-head" }, h("h1", {}, "Deleted agents")),
-    h("p", { class: "muted" }, "Restoring opens the saved scrollback of a deleted agent in a new window (the agent itself does not come back)."),
+    h(
+      "p",
+      { class: "muted" },
+      "Show reads a deleted agent's saved scrollback here; Restore opens it in a tmux window (the agent itself does not come back)."
+    ),
     list
   );
 
@@ -36,6 +40,25 @@ export function deletedPage(root) {
 
   function row(d) {
     const result = h("div", { class: "small", "aria-live": "polite" });
+    const text = h("pre", { class: "scrollback", dataset: { scrollbackFor: d.terminal_id }, hidden: true });
+    const show = h(
+      "button",
+      { type: "button", class: "small", dataset: { action: "show-scrollback", terminalId: d.terminal_id } },
+      "Show scrollback"
+    );
+    show.addEventListener("click", () =>
+      act(show, `Reading the scrollback of ${d.terminal_id}`, async () => {
+        if (!text.hidden) {
+          text.hidden = true;
+          show.textContent = "Show scrollback";
+          return;
+        }
+        const saved = await get(`/ui/deleted/${seg(d.terminal_id)}/scrollback`);
+        text.textContent = typeof saved === "string" ? saved : JSON.stringify(saved);
+        text.hidden = false;
+        show.textContent = "Hide scrollback";
+      })
+    );
     const restore = h(
       "button",
       { type: "button", class: "small", dataset: { action: "restore", terminalId: d.terminal_id } },
@@ -47,7 +70,7 @@ export function deletedPage(root) {
         clear(result);
         result.append(
           `Restored into session ${r.session_name}, window ${r.window_name}.`,
-          r.attach ? h("div", {}, "Attach with ", h("code", {}, r.attach)) : null
+          r.attach ? h("div", {}, "Attach with ", h("code", {}, Array.isArray(r.attach) ? r.attach.join(" ") : r.attach)) : null
         );
         announce(`Restored the scrollback of ${d.terminal_id}`);
       })
@@ -60,7 +83,7 @@ export function deletedPage(root) {
       h("td", { dataset: { label: "Profile" } }, d.agent_profile || "—"),
       h("td", { dataset: { label: "Provider" } }, d.provider || "—"),
       h("td", { dataset: { label: "Deleted" } }, timeEl(d.deleted_at)),
-      h("td", { dataset: { label: "Restore" }, class: "actions" }, restore, result)
+      h("td", { dataset: { label: "Scrollback" }, class: "actions" }, show, " ", restore, result, text)
     );
   }
 

@@ -8,8 +8,8 @@ raw-HTTP scripts keep working, and any other user gets 403. Where the user canno
 `Authorization: Bearer <token>` with the token of `<home>/auth-token` admits, else 401.
 
 A browser is not its user: any site it shows can make it send requests. So a request that
-comes from a browser (it carries Fetch metadata, `Sec-Fetch-*`) is never admitted by its
-socket's user alone; it needs the cookie of a browser session (web/logins.py, opened with the
+comes from a browser (it carries Fetch metadata, `Sec-Fetch-*`, or is a WebSocket handshake
+with an `Origin`) is never admitted by its socket's user alone; it needs the cookie of a browser session (web/logins.py, opened with the
 one-time link `cao ui` prints), on a same-origin or user-typed request. Only the page's
 static shell and the sign-in call itself are open to a browser without one.
 """
@@ -29,7 +29,7 @@ from ..auth_token import read_token
 from ..settings import Settings
 from ..web.logins import Logins
 from .peer import is_loopback, socket_owner_uid
-from .security import close_websocket
+from .security import close_websocket, same_origin
 
 log = logging.getLogger(__name__)
 
@@ -123,7 +123,7 @@ class OwnerOrToken:
         presented = _bearer_token(headers)
         if presented is not None and hmac.compare_digest(presented, self.token):
             return None
-        if any(name in _FETCH_METADATA for name, _ in headers):
+        if from_a_browser(scope, headers):
             return self.check_browser(scope, headers)
         client, server = scope.get("client"), scope.get("server")
         if not (client and server and is_loopback(client[0])):
@@ -154,10 +154,28 @@ class OwnerOrToken:
         session = session_cookie(headers, cookie_name(scope))
         if session is None or not self.logins.check(session):
             return Refusal(401, f"this browser has not signed in: {_SIGN_IN_HINT}")
-        site = next((value for name, value in headers if name == b"sec-fetch-site"), b"")
-        if site.lower() not in _OWN_SITE:
+        if scope["type"] == "websocket":  # no Fetch metadata here: the page's own origin only
+            origin = _header(headers, b"origin").decode("latin-1")
+            if not same_origin(origin, _header(headers, b"host").decode("latin-1")):
+                return Refusal(403, "a WebSocket opened by another site is refused")
+            return None
+        if _header(headers, b"sec-fetch-site").lower() not in _OWN_SITE:
             return Refusal(403, "a request started by another site is refused")
         return None
+
+
+def _header(headers: list[tuple[bytes, bytes]], wanted: bytes) -> bytes:
+    return next((value for name, value in headers if name == wanted), b"")
+
+
+def from_a_browser(scope, headers: list[tuple[bytes, bytes]]) -> bool:
+    """Browsers send Fetch metadata with every HTTP request, and an Origin with every
+    WebSocket handshake (where Chromium sends no Fetch metadata); other clients send neither
+    unless told to."""
+    names = {name for name, _ in headers}
+    if scope["type"] == "websocket" and b"origin" in names:
+        return True
+    return any(name in _FETCH_METADATA for name in names)
 
 
 def cookie_name(scope) -> str:
