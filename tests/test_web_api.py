@@ -332,6 +332,9 @@ async def test_terminal_socket_refusals_use_the_contract_close_codes(cao: CaoSer
         ws_url(cao, tid), origin=cao.url, additional_headers={"authorization": f"Bearer {token}"}
     ) as sock:
         await read_until(sock, b"\x1b[8;")
+    async with websockets.connect(ws_url(cao, tid) + f"?token={token}", origin=cao.url) as sock:  # §3.6's form
+        await read_until(sock, b"\x1b[8;")
+    assert await close_code(ws_url(cao, tid) + "?token=wrong", origin=cao.url) == 4401
     async with websockets.connect(ws_url(cao, tid), origin=cao.url, additional_headers={"cookie": cookie}) as sock:
         await read_until(sock, b"\x1b[8;")
         await sock.send("{not json")
