@@ -246,8 +246,14 @@ def test_a_halted_step_is_resumed_with_rerun_from_the_page(browser, cao: CaoServ
         assert done["state"] == "completed" and done["steps"][0]["attempts"] == 2, done
         expect(page.get_by_text("completed").first).to_be_visible(timeout=15000)
         screenshot(page, "workflow-rerun-done")
+        # The linter's findings for a spec, from the catalogue: a script that reads the clock.
+        wf.write("clocky.py", "import time\nfrom cao_workflow import emit_output\nemit_output({'t': time.time()})\n")
         page.goto(f"{cao.url}/#/workflows")
         page.wait_for_selector(f"text={name}")
+        page.click("[data-action=lint][data-spec=clocky]")
+        expect(page.locator("[data-findings-for=clocky]")).to_contain_text("time", timeout=10000)
+        lint = cao.client.post("/workflows/validate", json={"path": "clocky.py"}).json()
+        assert any("time" in str(f) for f in lint["findings"]), lint
         screenshot(page, "workflows")
         errors.assert_none()
 
