@@ -108,12 +108,27 @@ class CaoServer:
 
     def hook_secret(self, terminal_id: str) -> str:
         """The secret a terminal's hooks carry (what CAO_HOOK_SECRET holds in its pane)."""
-        import sqlite3
+        rows = self.sql("SELECT hook_secret FROM terminals WHERE id = :id", id=terminal_id)
+        assert rows and rows[0][0], f"no hook secret for {terminal_id}"
+        return rows[0][0]
 
-        with sqlite3.connect(self.home / "db" / "cli-agent-orchestrator.db") as db:
-            row = db.execute("SELECT hook_secret FROM terminals WHERE id = ?", (terminal_id,)).fetchone()
-        assert row and row[0], f"no hook secret for {terminal_id}"
-        return row[0]
+    def sql(self, statement: str, **params) -> list:
+        """Run one statement on this server's database (its SQLite file, or CAO_DATABASE_URL),
+        committed; the rows it returns, or [rowcount] for a statement that returns none."""
+        import sqlalchemy as sa
+
+        from cli_agent_orchestrator.store.db import engine_url
+
+        engine = sa.create_engine(
+            engine_url(self.env.get("CAO_DATABASE_URL") or self.home / "db" / "cli-agent-orchestrator.db"),
+            poolclass=sa.pool.NullPool,
+        )
+        try:
+            with engine.begin() as conn:
+                result = conn.execute(sa.text(statement), params)
+                return [tuple(r) for r in result] if result.returns_rows else [result.rowcount]
+        finally:
+            engine.dispose()
 
     def post_hook(
         self, terminal_id: str, event: str, payload: dict | None = None, secret: str | None = None
@@ -194,3 +209,32 @@ def read_records(path: Path) -> list[str]:
     if not path.exists():
         return []
     return [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
+
+
+@pytest.fixture(scope="session")
+def postgres():
+    """One throwaway PostgreSQL server for the session (pg_support.py); skips without it."""
+    from pg_support import Postgres
+
+    server = Postgres().start()
+    try:
+        yield server
+    finally:
+        server.stop()
+
+
+@pytest.fixture
+def pg_cao_factory(tmp_path: Path, postgres):
+    """Like cao_factory, each server's state in a fresh PostgreSQL database (CAO_DATABASE_URL)."""
+    servers: list[CaoServer] = []
+
+    def make(name: str = "home", **env: str) -> CaoServer:
+        server = CaoServer(tmp_path / name, {"CAO_DATABASE_URL": postgres.new_database(), **env})
+        servers.append(server)
+        return server
+
+    try:
+        yield make
+    finally:
+        for server in servers:
+            server.cleanup()

@@ -4,7 +4,6 @@ mark cao takes before its paste and, optionally, the paste itself (no Enter)."""
 
 from __future__ import annotations
 
-import sqlite3
 import subprocess
 from collections.abc import Callable
 
@@ -14,8 +13,7 @@ from cli_agent_orchestrator.services.inbox import MARK_ROWS_ABOVE, occurrences
 
 
 def window_of(server: CaoServer, terminal_id: str) -> str:
-    with sqlite3.connect(server.home / "db" / "cli-agent-orchestrator.db") as db:
-        return db.execute("SELECT window_id FROM terminals WHERE id = ?", (terminal_id,)).fetchone()[0]
+    return server.sql("SELECT window_id FROM terminals WHERE id = :id", id=terminal_id)[0][0]
 
 
 def leave_in_flight(server: CaoServer, receiver: str, text: str, *, pasted: bool) -> None:
@@ -28,13 +26,14 @@ def leave_in_flight(server: CaoServer, receiver: str, text: str, *, pasted: bool
         "capture-pane", "-p", "-J", "-t", window, "-S", str(max(row - MARK_ROWS_ABOVE, -history))
     ).stdout
     mark = f"{history},{row},{occurrences(text, region)}"
-    with sqlite3.connect(server.home / "db" / "cli-agent-orchestrator.db") as db:
-        db.execute(
-            "INSERT INTO inbox_messages (sender_id, receiver_id, message, status, created_at, claimed_at,"
-            " paste_mark) VALUES ('tester', ?, ?, 'delivering', '2026-01-01T00:00:00', "
-            "'2026-01-01T00:00:00', ?)",
-            (receiver, text, mark),
-        )
+    server.sql(
+        "INSERT INTO inbox_messages (sender_id, receiver_id, message, status, created_at, claimed_at,"
+        " paste_mark) VALUES ('tester', :receiver, :text, 'delivering', '2026-01-01T00:00:00', "
+        "'2026-01-01T00:00:00', :mark)",
+        receiver=receiver,
+        text=text,
+        mark=mark,
+    )
     if not pasted:
         return
     env = {k: v for k, v in server.env.items() if k != "TMUX"}

@@ -4,7 +4,6 @@ once, in order, and none is lost."""
 
 from __future__ import annotations
 
-import sqlite3
 import subprocess
 from pathlib import Path
 
@@ -57,12 +56,12 @@ def _claim_while_down(
     region = server.tmux(
         "capture-pane", "-p", "-J", "-t", window, "-S", str(max(row - MARK_ROWS_ABOVE, -history))
     ).stdout
-    with sqlite3.connect(server.home / "db" / "cli-agent-orchestrator.db") as db:
-        changed = db.execute(
-            "UPDATE inbox_messages SET status = 'delivering', claimed_at = '2026-01-01T00:00:00', "
-            "paste_mark = ? WHERE id = ? AND status = 'pending'",
-            (f"{history},{row},{occurrences(text, region)}", message_id),
-        ).rowcount
+    [changed] = server.sql(
+        "UPDATE inbox_messages SET status = 'delivering', claimed_at = '2026-01-01T00:00:00', "
+        "paste_mark = :mark WHERE id = :id AND status = 'pending'",
+        mark=f"{history},{row},{occurrences(text, region)}",
+        id=message_id,
+    )
     assert changed == 1
     if pasted:
         env = {k: v for k, v in server.env.items() if k != "TMUX"}

@@ -117,7 +117,7 @@ def wire_consumers(rt: Runtime) -> None:
 def build_runtime(settings: Settings | None = None) -> Runtime:
     settings = settings or Settings.from_env()
     settings.ensure_dirs()
-    store = Store(settings.db_path, busy_limit_s=settings.db_busy_timeout)
+    store = Store(settings.database_url or settings.db_path, busy_limit_s=settings.db_busy_timeout)
     bus = EventBus(settings.event_queue_size)
     tasks = TaskGroup(on_failure=lambda name, exc: bus.record_failure("task", name, exc))
     backend = TmuxBackend(settings.tmux_socket_name, bus, settings.output_source, settings.fifo_dir, spawn=tasks.spawn)

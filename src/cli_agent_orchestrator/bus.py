@@ -52,6 +52,9 @@ class Subscription:
     # Told about each dropped event, so a consumer can repair its state (the status
     # monitor re-reads that terminal's screen from tmux).
     on_drop: Callable[[Event], None] | None = None
+    # Only events of these classes are queued (empty: all): a status waiter never holds the
+    # terminal's output in its queue.
+    kinds: tuple[type[Event], ...] = ()
 
     def offer(self, event: Event) -> None:
         if len(self.queue) >= self.max_size and not event.lossless:
@@ -95,9 +98,12 @@ class EventBus:
         """Call `observer(event)` synchronously for every event, in the publisher's context."""
         self._publish_observers.append(observer)
 
-    def open_stream(self, name: str, pattern: str, max_size: int | None = None) -> Subscription:
-        """A subscription read by its owner with `next_event` (waiters, websockets)."""
-        sub = Subscription(name, pattern, None, max_size or self.max_queue_size)
+    def open_stream(
+        self, name: str, pattern: str, max_size: int | None = None, kinds: tuple[type[Event], ...] = ()
+    ) -> Subscription:
+        """A subscription read by its owner with `next_event` (waiters, websockets); with
+        `kinds`, only events of those classes."""
+        sub = Subscription(name, pattern, None, max_size or self.max_queue_size, kinds=kinds)
         self._subs.append(sub)
         return sub
 
@@ -149,7 +155,7 @@ class EventBus:
         for observe in self._publish_observers:
             observe(event)
         for sub in list(self._subs):
-            if topic_matches(sub.pattern, topic):
+            if topic_matches(sub.pattern, topic) and (not sub.kinds or isinstance(event, sub.kinds)):
                 sub.offer(event)
 
     def record_failure(self, consumer: str, topic: str, exc: BaseException) -> None:

@@ -47,6 +47,12 @@ class StoreBusy(CaoError):
     http_status = 503
 
 
+class StoreUnavailable(CaoError):
+    """The database cannot be opened at all (a PostgreSQL server that does not answer)."""
+
+    http_status = 503
+
+
 class Stopping(CaoError):
     """cao-server is stopping and starts no new work."""
 

@@ -86,6 +86,9 @@ class Settings:
     # The terminal WebSocket (/terminals/{id}/ws): client addresses beside loopback, and
     # origins beside the server's own and the CORS list (`*` = any, for each).
     ws_allowed_clients: list[str] = field(default_factory=list)
+    # CAO_DATABASE_URL: a PostgreSQL database (postgresql://user@host:port/db) instead of
+    # the home's SQLite file; same schema and migrations. None: SQLite.
+    database_url: str | None = None
     ws_allowed_origins: list[str] = field(default_factory=list)
 
     @classmethod
@@ -121,6 +124,7 @@ class Settings:
             default_provider=os.environ.get("CAO_DEFAULT_PROVIDER", "").strip() or DEFAULT_PROVIDER,
             handoff_grace=max(0.0, _env_float("CAO_HANDOFF_GRACE_SECONDS", 300.0)),
             ws_allowed_clients=_env_list("CAO_WS_ALLOWED_CLIENTS"),
+            database_url=os.environ.get("CAO_DATABASE_URL", "").strip() or None,
             ws_allowed_origins=_env_list("CAO_WS_ALLOWED_ORIGINS"),
         )
 

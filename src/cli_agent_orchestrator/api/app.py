@@ -63,6 +63,7 @@ def create_app(settings: Settings | None = None, runtime: Runtime | None = None)
             "terminal_backend": runtime.backend.name,
             "home_dir": str(runtime.settings.home_dir),
             "tmux_socket": runtime.settings.tmux_socket_name,
+            "database": runtime.store.where,  # never with its password
             "components": {"cao": "ok", "tmux": tmux},
         }
         if backend.get("reason"):

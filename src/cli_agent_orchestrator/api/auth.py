@@ -23,8 +23,8 @@ import os
 import secrets
 import stat
 from dataclasses import dataclass
-from urllib.parse import parse_qsl
 from pathlib import Path
+from urllib.parse import parse_qsl
 
 from ..auth_token import read_token
 from ..settings import Settings

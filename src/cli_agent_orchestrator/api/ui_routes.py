@@ -16,7 +16,25 @@ from fastapi.responses import PlainTextResponse, StreamingResponse
 from pydantic import BaseModel, ConfigDict, Field
 
 from ..errors import Forbidden, NotFound, Unauthorized
-from ..events import ComposerChanged, HookReceived, ScreenSnapshot, TerminalOutput, TerminalResized
+from ..events import (
+    AssignFinished,
+    AssignStarted,
+    BackendLost,
+    FlowRunFinished,
+    FlowRunStarted,
+    HandoffFinished,
+    HandoffStarted,
+    InboxDelivered,
+    InboxFailed,
+    InboxQueued,
+    SessionCreated,
+    SessionKilled,
+    StatusChanged,
+    TerminalExited,
+    TerminalRemoved,
+    TerminalSpawned,
+    WorkflowEvent,
+)
 from ..models import TerminalStatus
 from ..profiles import load_profile
 from ..services.prompts import menu_options
@@ -31,8 +49,26 @@ from .routes import TerminalId
 from .schemas import MAX_NAME, MAX_PATH, TerminalOut
 
 router = APIRouter(route_class=StrictJsonRoute, responses=EVERY_ROUTE, tags=["web ui"])
-# Per-agent facts a board does not draw: they would only cost the page work.
-_NOT_FOR_THE_BOARD = (TerminalOutput, ScreenSnapshot, ComposerChanged, HookReceived, TerminalResized)
+# What a board draws; never terminal output, screens or hooks (they would only cost the page work).
+_FOR_THE_BOARD = (
+    StatusChanged,
+    TerminalSpawned,
+    TerminalExited,
+    TerminalRemoved,
+    InboxQueued,
+    InboxDelivered,
+    InboxFailed,
+    SessionCreated,
+    SessionKilled,
+    HandoffStarted,
+    HandoffFinished,
+    AssignStarted,
+    AssignFinished,
+    WorkflowEvent,
+    FlowRunStarted,
+    FlowRunFinished,
+    BackendLost,
+)
 
 
 def _iso(ts: float) -> str:
@@ -65,7 +101,7 @@ async def board_events(request: Request) -> StreamingResponse:
     """Status, lifecycle, inbox, handoff/assign, workflow and flow events as they happen
     (never terminal output): what keeps the board current without polling."""
     bus = request.app.state.runtime.bus
-    stream = bus.open_stream(f"ui-sse:{id(request)}", "#")
+    stream = bus.open_stream(f"ui-sse:{id(request)}", "#", kinds=_FOR_THE_BOARD)
 
     async def body() -> AsyncIterator[bytes]:
         try:
@@ -74,7 +110,7 @@ async def board_events(request: Request) -> StreamingResponse:
                 event = await bus.next_event(stream, KEEPALIVE_S)
                 if event is None:
                     yield b": keepalive\n\n"
-                elif not isinstance(event, _NOT_FOR_THE_BOARD):
+                else:
                     yield f"event: {type(event).__name__}\ndata: {json.dumps(event_json(event))}\n\n".encode()
         finally:
             bus.close_stream(stream)

@@ -26,7 +26,9 @@ async def wait_for(
     bus: EventBus, monitor: StatusMonitor, terminal_id: str, predicate: Predicate, timeout: float
 ) -> TerminalStatus | None:
     """The first status satisfying `predicate`, or None when `timeout` runs out."""
-    stream = bus.open_stream(f"wait:{terminal_id}", f"terminal.{terminal_id}.#", max_size=1 << 30)
+    stream = bus.open_stream(
+        f"wait:{terminal_id}", f"terminal.{terminal_id}.#", max_size=1 << 30, kinds=(StatusChanged, TerminalRemoved)
+    )
     loop = asyncio.get_running_loop()
     deadline = loop.time() + timeout
     try:

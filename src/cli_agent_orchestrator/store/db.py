@@ -4,8 +4,12 @@ All statements run on one dedicated thread, so SQLite sees a single writer and
 callers on the event loop never block on disk. Services publish the events a
 write produces only after `await store.run(...)` has returned, i.e. after commit.
 
+SQLite (a file in the cao home) is the default; CAO_DATABASE_URL=postgresql://… puts the same
+schema in PostgreSQL. The exactly-once gates are conditional UPDATEs, which PostgreSQL's row
+locks make as exact across connections as SQLite's single writer.
+
 When another process holds the database locked, a statement waits BUSY_TIMEOUT_MS inside
-SQLite, then `run` retries it from the event loop (the store thread stays free for the
+the database (SQLite's busy timeout, PostgreSQL's lock_timeout), then `run` retries it from the event loop (the store thread stays free for the
 statements that can go on) until BUSY_LIMIT_S, and then raises StoreBusy (HTTP 503 with
 the reason). Every store method is one transaction, so a retry never repeats a commit.
 """
@@ -24,7 +28,7 @@ from typing import Any, TypeVar
 
 import sqlalchemy as sa
 
-from ..errors import StoreBusy
+from ..errors import StoreBusy, StoreUnavailable
 from ..models import InboxMessage, MessageStatus, Terminal, TerminalStatus, Worktree
 from .journal import Journal
 from .schema import inbox_messages, migrate, terminals
@@ -43,9 +47,31 @@ STARTUP_BUSY_LIMIT_S = 30.0
 
 
 def is_busy(exc: BaseException) -> bool:
-    """SQLite's "database is locked" / "busy" family: another connection holds a lock."""
+    """Another connection holds a lock: SQLite's "database is locked" / "busy" family, or
+    PostgreSQL's lock timeout."""
     text = str(getattr(exc, "orig", exc)).lower()
-    return isinstance(exc, sa.exc.OperationalError) and ("locked" in text or "busy" in text)
+    return isinstance(exc, sa.exc.OperationalError) and ("locked" in text or "busy" in text or "lock timeout" in text)
+
+
+def engine_url(url_or_path: str | Path) -> str:
+    """A SQLAlchemy URL: a path is a SQLite file; postgres:// and postgresql:// use psycopg 3."""
+    url = str(url_or_path)
+    if "://" not in url:
+        return f"sqlite:///{url}"
+    scheme, rest = url.split("://", 1)
+    if scheme in ("postgres", "postgresql"):
+        return f"postgresql+psycopg://{rest}"
+    if scheme in ("postgresql+psycopg", "sqlite"):
+        return url
+    raise ValueError(f"CAO_DATABASE_URL must be a postgresql:// URL, got the scheme {scheme!r}")
+
+
+def safe_url(url: str) -> str:
+    """The URL without its password, for messages and logs."""
+    try:
+        return sa.engine.make_url(url).render_as_string(hide_password=True)
+    except Exception:  # a URL that does not parse is shown by its scheme only
+        return url.split("://", 1)[0] + "://…"
 
 
 def utc_now() -> str:
@@ -64,7 +90,6 @@ def _sqlite_pragmas(dbapi_conn: Any, _record: Any) -> None:
 class Store:
     def __init__(self, url_or_path: str | Path, busy_limit_s: float = BUSY_LIMIT_S):
         url = str(url_or_path)
-        self.where = url
         self.busy_limit_s = busy_limit_s
         if "://" not in url:
             path = Path(url)
@@ -72,8 +97,24 @@ class Store:
             if not path.exists():
                 path.touch(mode=0o600)
             os.chmod(path, 0o600)
-            url = f"sqlite:///{path}"
-        self.engine = sa.create_engine(url, future=True)
+        url = engine_url(url)
+        self.where = safe_url(url)
+        if url.startswith("postgresql"):
+            try:
+                import psycopg  # noqa: F401  (the driver SQLAlchemy will load)
+            except ImportError:
+                raise RuntimeError(
+                    "CAO_DATABASE_URL names PostgreSQL, but its driver is not installed: "
+                    "pip install 'cli-agent-orchestrator[postgres]' (psycopg 3)"
+                ) from None
+            # Every statement waits for a lock as long as SQLite's busy timeout, then `run` retries.
+            self.engine = sa.create_engine(
+                url,
+                pool_pre_ping=True,
+                connect_args={"options": f"-c lock_timeout={BUSY_TIMEOUT_MS}", "connect_timeout": 10},
+            )
+        else:
+            self.engine = sa.create_engine(url)
         if self.engine.dialect.name == "sqlite":
             sa.event.listen(self.engine, "connect", _sqlite_pragmas)
         self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="cao-store")
@@ -88,7 +129,10 @@ class Store:
                     migrate(conn)
                 return
             except sa.exc.OperationalError as exc:
-                if not is_busy(exc) or time.monotonic() >= deadline:
+                if not is_busy(exc):
+                    reason = str(getattr(exc, "orig", exc)).strip().splitlines()[0]
+                    raise StoreUnavailable(f"cannot use the database {self.where}: {reason}") from None
+                if time.monotonic() >= deadline:
                     raise
                 log.warning("database %s is locked by another process; waiting to migrate it", self.where)
                 time.sleep(RETRY_MAX_S)  # start-up only: nothing else runs yet

@@ -218,7 +218,26 @@ def _v4_to_v5(conn: sa.Connection) -> None:
         table.create(conn, checkfirst=True)
 
 
-MIGRATIONS: list[Callable[[sa.Connection], None]] = [_v0_to_v1, _v1_to_v2, _v2_to_v3, _v3_to_v4, _v4_to_v5]
+def _v5_to_v6(conn: sa.Connection) -> None:
+    # The String lengths above document sizes; SQLite never enforced them, and the API checks
+    # what it accepts. PostgreSQL would enforce them (a 64-character hook event name makes a
+    # 69-character status source), so there every such column becomes TEXT, as SQLite has it.
+    if conn.dialect.name != "postgresql":
+        return
+    for table in metadata.sorted_tables:
+        for column in table.columns:
+            if isinstance(column.type, sa.String) and not isinstance(column.type, sa.Text):
+                conn.execute(sa.text(f'ALTER TABLE {table.name} ALTER COLUMN "{column.name}" TYPE TEXT'))
+
+
+MIGRATIONS: list[Callable[[sa.Connection], None]] = [
+    _v0_to_v1,
+    _v1_to_v2,
+    _v2_to_v3,
+    _v3_to_v4,
+    _v4_to_v5,
+    _v5_to_v6,
+]
 LATEST_VERSION = len(MIGRATIONS)
 
 
