@@ -4,9 +4,13 @@ Playwright) against a private cao-server with mock agents:
 
 - status change -> visible on the board: from the StatusChanged event's arrival at an SSE
   follower beside the page to the row's status text changing in the page (both on this
-  machine's wall clock), median over turns, with 1 and with 100 agents on the page;
+  machine's wall clock; noise of a few ms either way, so a median can read below 0), median
+  over turns, with 1 and with 100 agents on the page; and from the input's POST to the page
+  showing `processing`, for scale;
 - agent output -> visible in the terminal view: from the output event's arrival at the
   follower to the text appearing in xterm.js's rows, median, with 1 and 100 agents;
+- a CLI printing fast: one reply of --flood-lines lines, from the input to its last line in
+  the terminal view, beside the same line's output event;
 - page load: navigation to the board (load event), and to every row drawn, with 100 agents;
 - server CPU (% of one core) while 10 browser pages watch 50 agents, idle and while the
   agents take turns, against the same without any page.
@@ -88,13 +92,17 @@ def signed_in_page(server: Server, browser, path: str = "/"):
     return context, page
 
 
-def status_latency(server: Server, page, terminal_id: str, turns: int) -> list[float]:
-    """ms from the `processing`/`completed` events reaching the follower to the page showing them."""
+def status_latency(server: Server, page, terminal_id: str, turns: int) -> tuple[list[float], list[float]]:
+    """ms from the `processing`/`completed` events reaching the follower (an SSE client beside
+    the page: the moment the status changed, give or take a millisecond) to the page showing
+    them; and ms from the input's POST to the page showing `processing`."""
     page.wait_for_selector(f"[data-terminal-id='{terminal_id}'] [data-field=status]")
     page.evaluate(WATCH_STATUS, [terminal_id])
     out: list[float] = []
+    from_input: list[float] = []
     for n in range(turns):
         server.drain()
+        posted = time.time()
         server.http.post(f"/terminals/{terminal_id}/input", json={"message": f"board turn {n}"}).raise_for_status()
         arrivals = {}
         for status in ("processing", "completed"):
@@ -105,8 +113,10 @@ def status_latency(server: Server, page, terminal_id: str, turns: int) -> list[f
             shown = [t for text, t in seen if text == status and t / 1000 >= arrived - 0.05]
             if shown:
                 out.append(shown[0] - arrived * 1000)
+                if status == "processing":
+                    from_input.append(shown[0] - posted * 1000)
         page.evaluate("([id]) => { window.__seen[id] = []; }", [terminal_id])
-    return out
+    return out, from_input
 
 
 _OFFSET = time.time() - time.perf_counter()
@@ -138,6 +148,29 @@ def output_latency(server: Server, browser, terminal_id: str, turns: int) -> lis
         context.close()
 
 
+def flood(server: Server, browser, terminal_id: str, lines: int) -> dict:
+    """A CLI printing fast: `lines` lines in one reply; from the input to its last line shown in
+    the terminal view, beside the same reply's last output event at the follower."""
+    context, page = signed_in_page(server, browser, f"#/terminal/{terminal_id}")
+    out_events = EventFollower(server.url, f"terminal.{terminal_id}.output")
+    try:
+        page.wait_for_selector("#terminal .xterm-rows")
+        time.sleep(0.5)
+        last = f"line {lines} of {lines}"
+        page.evaluate(WATCH_TEXT, [last])
+        t0 = time.time()
+        server.http.post(f"/terminals/{terminal_id}/input", json={"message": f"__mock_long_{lines}"}).raise_for_status()
+        arrived, _ = out_events.wait_for(lambda ev: last in ev.get("data", ""), 120)
+        shown = page.wait_for_function("() => window.__shown", timeout=120000).json_value()
+        server.wait_event(terminal_id, "completed", timeout=120)
+        return {
+            "input_to_last_line_event_ms": (follower_epoch(arrived) - t0) * 1000,
+            "input_to_last_line_shown_ms": shown - t0 * 1000,
+        }
+    finally:
+        context.close()
+
+
 def cpu_percent(proc: psutil.Process, seconds: float) -> float:
     before = proc.cpu_times()
     time.sleep(seconds)
@@ -162,6 +195,7 @@ def main() -> int:
     ap.add_argument("--watchers", type=int, default=10)
     ap.add_argument("--watched", type=int, default=50)
     ap.add_argument("--cpu-seconds", type=float, default=20.0)
+    ap.add_argument("--flood-lines", type=int, default=20000)
     args = ap.parse_args()
     if not Path(CHROMIUM).exists():
         raise SystemExit(f"{CHROMIUM} is missing: apt-get install chromium")
@@ -177,9 +211,10 @@ def main() -> int:
                 proc = psutil.Process(server.proc.pid)
                 [one] = spawn_many(server, 1)
                 context, page = signed_in_page(server, browser)
-                status_1 = status_latency(server, page, one, args.turns)
+                status_1, input_1 = status_latency(server, page, one, args.turns)
                 context.close()
                 output_1 = output_latency(server, browser, one, args.turns)
+                flooded = flood(server, browser, one, args.flood_lines)
                 more = spawn_many(server, args.agents - 1)
                 t0 = time.perf_counter()
                 context, page = signed_in_page(server, browser)
@@ -192,7 +227,7 @@ def main() -> int:
                 page.wait_for_function(f"() => document.querySelectorAll('[data-terminal-id]').length >= {args.agents}")
                 reload_ms = (time.perf_counter() - t1) * 1000
                 reload_load = page.evaluate("() => performance.getEntriesByType('navigation')[0].loadEventEnd")
-                status_n = status_latency(server, page, more[-1], args.turns)
+                status_n, input_n = status_latency(server, page, more[-1], args.turns)
                 context.close()
                 output_n = output_latency(server, browser, more[-1], args.turns)
 
@@ -234,6 +269,8 @@ def main() -> int:
     results.update(
         status_ms_1=status_1,
         status_ms_n=status_n,
+        input_to_processing_shown_ms_1=input_1,
+        input_to_processing_shown_ms_n=input_n,
         output_ms_1=output_1,
         output_ms_n=output_n,
         load_event_ms=loaded,
@@ -241,12 +278,21 @@ def main() -> int:
         reload_ms=reload_ms,
         reload_load_event_ms=reload_load,
         server_cpu_percent=cpu,
+        flood=flooded,
     )
     rows += [
         ("status change -> on the board, 1 agent (median ms)", med(status_1), "< 100"),
         (f"status change -> on the board, {args.agents} agents (median ms)", med(status_n), "< 100"),
+        ("input POST -> 'processing' on the board, 1 agent (median ms)", med(input_1), ""),
+        (f"input POST -> 'processing' on the board, {args.agents} agents (median ms)", med(input_n), ""),
         ("output -> in the terminal view, 1 agent (median ms)", med(output_1), ""),
         (f"output -> in the terminal view, {args.agents} agents (median ms)", med(output_n), ""),
+        (
+            f"{args.flood_lines} lines: input -> last line's output event (ms)",
+            flooded["input_to_last_line_event_ms"],
+            "",
+        ),
+        (f"{args.flood_lines} lines: input -> last line shown (ms)", flooded["input_to_last_line_shown_ms"], ""),
         (f"page load via login link -> {args.agents} rows drawn (ms)", all_rows_ms, ""),
         (f"board reload -> {args.agents} rows drawn (ms)", reload_ms, ""),
         ("board reload: load event (ms)", reload_load, ""),
