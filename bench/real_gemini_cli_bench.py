@@ -64,7 +64,8 @@ def main() -> int:
     args = bench_parser(__doc__).parse_args()
     results: dict = {"machine": machine(), "cli_version": VERSION}
     with scripted_cli("@google/gemini-cli", VERSION, "gemini", "cao-bench-gemini-", REPLY) as (root, work):
-        enter_delay = gemini_cli.PROVIDER.enter_delay_s
+        # cao waits for the paste's draw, then this pause; the bare turn waits the pause alone.
+        enter_delay = gemini_cli.PROVIDER.pause_after_echo_s
         results.update(bare_figures(GeminiPane(root, work), args.spawns, args.turns, enter_delay=enter_delay))
         # The first cao turn waits for the MCP server to connect.
         results.update(cao_figures("gemini_cli", work, args.spawns, range(1, args.turns + 1), process_name))

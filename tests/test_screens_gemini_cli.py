@@ -7,12 +7,19 @@ upgrade, re-record and run this file to see at once which reading broke.
 
 from __future__ import annotations
 
+import asyncio
+
 import pytest
 from screen_fixtures import ScreenFixtures
 
+from cli_agent_orchestrator.bus import EventBus
+from cli_agent_orchestrator.events import ComposerChanged, StatusChanged
 from cli_agent_orchestrator.models import TerminalStatus
+from cli_agent_orchestrator.providers import gemini_cli
 from cli_agent_orchestrator.providers.base import Screen
 from cli_agent_orchestrator.providers.gemini_cli import dialog_keys, extract_reply, read_status, status_from_hook
+from cli_agent_orchestrator.services.input import SUBMIT_CONFIRM_S, InputService
+from cli_agent_orchestrator.services.status.view import TerminalView
 
 SCREENS = ScreenFixtures("gemini_cli")
 STATES = SCREENS.states(".txt")
@@ -108,3 +115,64 @@ def test_dialogs_are_answered_with_menu_keys() -> None:
 def test_a_cancelled_turn_is_definitely_idle() -> None:
     reading = read_status(Screen(SCREENS.lines("cancelled")))
     assert reading.status == TerminalStatus.IDLE and reading.definite  # no hook reports it
+
+
+# --- typing into Gemini (services/input.py with this provider's timings, fake tmux and monitor) ---
+
+
+class _Typing:
+    """A Gemini pane as cao's input service sees it: the paste is drawn `draw_s` later; an Enter
+    starts the turn."""
+
+    def __init__(self, bus: EventBus, draw_s: float = 0.03):
+        self.bus, self.draw_s = bus, draw_s
+        self.lines, self.has_text = [" *   Type your message or @path/to/file"], False
+        self.drawn_at = 0.0
+        self.enters: list[float] = []
+
+    def view(self, terminal_id: str) -> TerminalView:
+        return TerminalView(
+            status=TerminalStatus.IDLE,
+            source="screen",
+            reason="",
+            turn=0,
+            settled=True,
+            exited=False,
+            provider=gemini_cli.PROVIDER,
+            screen=Screen(list(self.lines)),
+            composer_has_text=self.has_text,
+            hook_reply=None,
+        )
+
+    async def paste(self, window_id: str, text: str) -> None:
+        async def draw() -> None:
+            await asyncio.sleep(self.draw_s)
+            self.lines, self.has_text = [f" * {text}"], True
+            self.drawn_at = asyncio.get_running_loop().time()
+            self.bus.publish(ComposerChanged("t1", True))
+
+        asyncio.get_running_loop().create_task(draw())
+
+    async def send_keys(self, window_id: str, keys: list[str]) -> None:
+        self.enters.append(asyncio.get_running_loop().time())
+        self.bus.publish(StatusChanged("t1", TerminalStatus.PROCESSING, TerminalStatus.IDLE, "hook:BeforeAgent", "", 1))
+
+
+def test_enter_follows_the_drawn_paste_by_the_pause() -> None:
+    """Gemini takes an Enter for a newline until 40 ms after it has read a paste, and the draw of
+    the paste is the first sign that it has: Enter waits for the draw, then the pause."""
+
+    async def scenario() -> tuple[_Typing, float]:
+        bus = EventBus()
+        bus.start()
+        pane = _Typing(bus)
+        service = InputService(pane, bus, pane)  # type: ignore[arg-type]
+        t0 = asyncio.get_running_loop().time()
+        assert await service.submit("t1", "w", "say hello") == 1
+        await bus.stop()
+        return pane, t0
+
+    pane, t0 = asyncio.run(scenario())
+    assert len(pane.enters) == 1
+    assert pane.enters[0] - pane.drawn_at >= gemini_cli.PROVIDER.pause_after_echo_s
+    assert pane.enters[0] - t0 < SUBMIT_CONFIRM_S / 2  # no retry: the draw plus the pause

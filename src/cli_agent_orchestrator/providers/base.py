@@ -134,6 +134,9 @@ class Provider:
     # paste becomes part of it): Enter waits for the composer to show the text (ComposerChanged),
     # at most `enter_delay_s`.
     enter_after_echo: bool = False
+    # With `enter_after_echo`: then this long before Enter, for a CLI that refuses an Enter for a
+    # while after it has read a paste (Gemini); the draw is the first sign that it has.
+    pause_after_echo_s: float = 0.0
     # Why a launch of this profile cannot work (a file the CLI needs is missing), or None;
     # checked before anything is allocated, so the request is a 400 that says what to do.
     preflight: Callable[[str, Mapping[str, str]], str | None] = no_preflight

@@ -245,7 +245,17 @@ PROVIDER = Provider(
     accepts_input_while_busy=False,
     status_from_hook=status_from_hook,
     dialog_keys=dialog_keys,
-    # Gemini reads an Enter within ~30 ms of a paste as a newline; waiting for the paste to be
-    # drawn is not enough (measured: the Enter right after the draw is still taken as a newline).
-    enter_delay_s=0.05,
+    # Gemini 0.61 turns an Enter into a newline for 40 ms after it has *read* a paste (without the
+    # kitty keyboard protocol, which tmux does not offer, a paste is "unsafe": InputPrompt sets
+    # recentUnsafePasteTime and clears it with a 40 ms timer; KeypressContext's bufferFastReturn
+    # also makes an Enter within 30 ms of the paste a Shift+Enter). A pause counted from cao's
+    # paste raced Gemini's own reading of it (3 turns in 8 under load took the 1.5 s retry); the
+    # paste's draw comes after Gemini read it, so the pause runs from the echo (the 40 ms timer
+    # starts before the draw; 50 ms from the draw leaves Gemini a timer tick and a render).
+    enter_after_echo=True,
+    enter_delay_s=0.5,  # at most, for the echo
+    pause_after_echo_s=0.05,
+    # Not exact under load: the timer's re-render re-subscribes the key handler in a passive
+    # effect, which a starved Node may run after reading the Enter; that Enter becomes a newline
+    # and cao's verified submit presses Enter again after SUBMIT_CONFIRM_S.
 )

@@ -109,7 +109,9 @@ class InputService:
             try:
                 await self.backend.paste(window_id, neutralise(text))
                 if echo is not None and view is not None:
-                    await self._drawn(echo, terminal_id, view.provider.enter_delay_s)
+                    drawn = await self._drawn(echo, terminal_id, view.provider.enter_delay_s)
+                    if drawn and view.provider.pause_after_echo_s > 0:
+                        await asyncio.sleep(view.provider.pause_after_echo_s)  # a CLI quirk, not sync
                 elif view is not None and view.provider.enter_delay_s > 0:
                     await asyncio.sleep(view.provider.enter_delay_s)
             finally:
@@ -129,16 +131,17 @@ class InputService:
         finally:
             self.bus.close_stream(stream)
 
-    async def _drawn(self, stream, terminal_id: str, limit: float) -> None:
-        """Until the composer shows the pasted text (or `limit` seconds)."""
+    async def _drawn(self, stream, terminal_id: str, limit: float) -> bool:
+        """Until the composer shows the pasted text (True) or `limit` seconds have passed (False)."""
         loop = asyncio.get_running_loop()
         deadline = loop.time() + limit
         view = self.monitor.view(terminal_id)
         if view is not None and view.composer_has_text:
-            return
+            return True
         while (event := await self.bus.next_event(stream, deadline - loop.time())) is not None:
             if isinstance(event, ComposerChanged) and event.has_text:
-                return
+                return True
+        return False
 
     async def _confirmed(self, stream, turn: int) -> bool:
         loop = asyncio.get_running_loop()
