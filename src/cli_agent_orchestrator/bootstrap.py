@@ -19,6 +19,7 @@ from .flows.schedule import server_zone_name
 from .flows.service import FlowService
 from .plugins.dispatch import PluginDispatcher
 from .plugins.manager import load_plugins
+from .services.hosts.service import HostService
 from .services.inbox import InboxService
 from .services.input import InputService
 from .services.logs import LogWriter
@@ -31,6 +32,7 @@ from .services.worker_questions import QuestionWatch
 from .settings import Settings
 from .store import Store
 from .store.flows import FlowTables
+from .store.hosts import HostTables
 from .tasks import TaskGroup
 from .workflows.catalog import WorkflowCatalog
 from .workflows.drives import RunRegistry
@@ -66,6 +68,7 @@ class Runtime:
     hooks: HookChannel  # the CLIs' command hooks (POST /terminals/{id}/hooks is the other way in)
     plugins: PluginDispatcher  # the enabled plugins, each fed from the bus in its own task
     flows: FlowService  # scheduled flows: their timer starts with the runtime
+    hosts: HostService  # the hosts agents may run on, and cao's ssh connections to them
 
     async def start(self) -> None:
         wire_consumers(self)
@@ -83,6 +86,7 @@ class Runtime:
 
     async def stop(self) -> None:
         await self.flows.stop()
+        await self.hosts.stop()
         await self.workflows.shutdown()
         await self.hooks.stop()
         await self.inbox.stop()
@@ -177,4 +181,5 @@ def build_runtime(settings: Settings | None = None) -> Runtime:
         hooks,
         PluginDispatcher(load_plugins(settings.home_dir)),
         flows,
+        HostService(settings.tmp_dir, store, HostTables(store.engine), dict(os.environ)),
     )

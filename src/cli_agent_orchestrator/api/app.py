@@ -18,6 +18,7 @@ from .auth import OwnerOrToken
 from .errors import EVERY_ROUTE, install_error_handlers
 from .events_stream import router as events_router
 from .flow_routes import router as flow_router
+from .host_routes import router as host_router
 from .limits import BodySizeLimit
 from .profile_routes import router as profile_router
 from .routes import router
@@ -85,6 +86,7 @@ def create_app(settings: Settings | None = None, runtime: Runtime | None = None)
     app.include_router(router)
     app.include_router(workflow_router)
     app.include_router(flow_router)
+    app.include_router(host_router)
     app.include_router(events_router)
     app.include_router(profile_router)
     app.include_router(ui_router)

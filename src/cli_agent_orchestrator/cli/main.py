@@ -14,6 +14,7 @@ from .commands.admin import init, mcp_server, ops_mcp_server, shutdown
 from .commands.attach import attach
 from .commands.env import env
 from .commands.flow import flow, schedule
+from .commands.host import host
 from .commands.info import info
 from .commands.install import install
 from .commands.launch import launch
@@ -40,6 +41,7 @@ for command in (
     workflow,
     flow,
     schedule,
+    host,
     shutdown,
     init,
     install,

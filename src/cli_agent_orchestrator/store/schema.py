@@ -182,6 +182,21 @@ flow_runs = sa.Table(
 )
 
 
+# --- hosts: where agents may run besides this machine ------------------------------------
+# Every string column is TEXT from the start (PostgreSQL would enforce a String length; the
+# API checks what it accepts, see _v5_to_v6).
+hosts = sa.Table(
+    "hosts",
+    metadata,
+    sa.Column("name", sa.Text, primary_key=True),
+    sa.Column("ssh", sa.Text, nullable=False),  # [user@]host[:port], validated before it is stored
+    sa.Column("identity", sa.Text),  # a private key file on the server's machine; NULL = ssh's own
+    sa.Column("max_agents", sa.Integer),  # NULL = no limit of cao's own
+    sa.Column("state", sa.Text, nullable=False),  # active | draining
+    sa.Column("added_at", sa.Text, nullable=False),
+)
+
+
 def _v0_to_v1(conn: sa.Connection) -> None:
     for table in (terminals, inbox_messages):
         table.create(conn, checkfirst=True)
@@ -222,12 +237,18 @@ def _v5_to_v6(conn: sa.Connection) -> None:
     # The String lengths above document sizes; SQLite never enforced them, and the API checks
     # what it accepts. PostgreSQL would enforce them (a 64-character hook event name makes a
     # 69-character status source), so there every such column becomes TEXT, as SQLite has it.
+    # Read from the database itself, so that tables and columns of later versions are no concern.
     if conn.dialect.name != "postgresql":
         return
-    for table in metadata.sorted_tables:
-        for column in table.columns:
-            if isinstance(column.type, sa.String) and not isinstance(column.type, sa.Text):
-                conn.execute(sa.text(f'ALTER TABLE {table.name} ALTER COLUMN "{column.name}" TYPE TEXT'))
+    inspector = sa.inspect(conn)
+    for table in inspector.get_table_names():
+        for column in inspector.get_columns(table):
+            if isinstance(column["type"], sa.String) and not isinstance(column["type"], sa.Text):
+                conn.execute(sa.text(f'ALTER TABLE "{table}" ALTER COLUMN "{column["name"]}" TYPE TEXT'))
+
+
+def _v6_to_v7(conn: sa.Connection) -> None:
+    hosts.create(conn, checkfirst=True)
 
 
 MIGRATIONS: list[Callable[[sa.Connection], None]] = [
@@ -237,6 +258,7 @@ MIGRATIONS: list[Callable[[sa.Connection], None]] = [
     _v3_to_v4,
     _v4_to_v5,
     _v5_to_v6,
+    _v6_to_v7,
 ]
 LATEST_VERSION = len(MIGRATIONS)
 
