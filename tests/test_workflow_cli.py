@@ -118,6 +118,10 @@ def on_tty(
         stdin=subprocess.DEVNULL,
         stdout=slave,
         stderr=slave,
+        # Ctrl-C in a terminal always reaches the program; a suite started in the background
+        # inherits SIGINT ignored (the shell's rule for background jobs), and Python then never
+        # raises KeyboardInterrupt: give the CLI the disposition a terminal gives it.
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
     )
     os.close(slave)
     seen, done = b"", False
