@@ -242,6 +242,11 @@ def test_a_halted_step_is_resumed_with_rerun_from_the_page(browser, cao: CaoServ
         expect(page.get_by_text("policy_manual").first).to_be_visible()
         screenshot(page, "workflow-halted")
         rerun.click()
+        # The page's resume call runs in the browser: wait for the new drive to exist before
+        # waiting for a drive to end (the halted one already has).
+        wait_until(
+            lambda: wf.status(run_id)["generation"] > halted["generation"], 20, message="the page's resume started"
+        )
         done = wf.wait_done(run_id, timeout=60)
         assert done["state"] == "completed" and done["steps"][0]["attempts"] == 2, done
         expect(page.get_by_text("completed").first).to_be_visible(timeout=15000)
