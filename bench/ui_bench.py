@@ -34,19 +34,10 @@ import psutil
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
 from _harness import EventFollower, Server, machine, report  # noqa: E402
+from browser_support import CHROMIUM  # noqa: E402  (the tests' browser, started the same way)
+from browser_support import CHROMIUM_ARGS as ARGS  # noqa: E402
 from playwright.sync_api import sync_playwright  # noqa: E402
 
-CHROMIUM = "/usr/bin/chromium"
-ARGS = [
-    "--no-sandbox",
-    "--disable-gpu",
-    "--disable-quic",
-    "--no-first-run",
-    "--disable-background-networking",
-    "--disable-component-update",
-    "--disable-sync",
-    "--disable-dev-shm-usage",
-]
 # In the page: the wall-clock time at which a row's status text becomes each value.
 WATCH_STATUS = """([id]) => {
   window.__seen = window.__seen || {};

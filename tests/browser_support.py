@@ -51,16 +51,21 @@ def launch(playwright):
     return playwright.chromium.launch(executable_path=require_chromium(), args=CHROMIUM_ARGS, headless=True)
 
 
-def login_link(cao: CaoServer) -> str:
-    """The one-time link, from `cao ui` itself as a user would get it."""
+def cao_ui(cao: CaoServer, *args: str) -> subprocess.CompletedProcess:
+    """`cao ui ARGS` against this server, where no graphical browser can be opened."""
     env = {**cao.env, "DISPLAY": "", "WAYLAND_DISPLAY": "", "BROWSER": ""}
-    out = subprocess.run(
-        [sys.executable, "-m", "cli_agent_orchestrator.cli.main", "ui", "--json"],
+    return subprocess.run(
+        [sys.executable, "-m", "cli_agent_orchestrator.cli.main", "ui", *args],
         env=env,
         capture_output=True,
         text=True,
         timeout=60,
     )
+
+
+def login_link(cao: CaoServer) -> str:
+    """The one-time link, from `cao ui` itself as a user would get it."""
+    out = cao_ui(cao, "--json")
     assert out.returncode == 0, out.stderr
     return json.loads(out.stdout)["url"]
 

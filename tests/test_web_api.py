@@ -13,6 +13,7 @@ import time
 
 import pytest
 import websockets
+from browser_support import cao_ui
 from conftest import CaoServer, wait_until
 
 from cli_agent_orchestrator.services.prompts import menu_options
@@ -103,29 +104,13 @@ def test_sessions_of_two_servers_on_one_host_stay_apart(cao_factory):
 
 
 def test_cli_ui_prints_a_working_one_time_link(cao: CaoServer):
-    import subprocess
-    import sys
-
-    env = {**cao.env, "DISPLAY": "", "WAYLAND_DISPLAY": "", "BROWSER": ""}
-    out = subprocess.run(
-        [sys.executable, "-m", "cli_agent_orchestrator.cli.main", "ui", "--json"],
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
+    out = cao_ui(cao, "--json")
     assert out.returncode == 0, out.stderr
     link = json.loads(out.stdout)
     assert link["url"].startswith(f"{cao.url}/login#") and link["opened"] is False
     ticket = link["url"].split("#", 1)[1]
     assert cao.client.post("/ui/login", json={"ticket": ticket}, headers=SAME_ORIGIN).status_code == 204
-    text = subprocess.run(
-        [sys.executable, "-m", "cli_agent_orchestrator.cli.main", "ui", "--no-browser"],
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
+    text = cao_ui(cao, "--no-browser")
     assert text.returncode == 0 and f"{cao.url}/login#" in text.stdout and "works once" in text.stdout
 
 

@@ -13,6 +13,7 @@ from collections.abc import AsyncIterator
 from fastapi import APIRouter, Query, Request
 from fastapi.responses import StreamingResponse
 
+from ..bus import Subscription
 from ..errors import InvalidInput
 from ..events import Event
 from .errors import EVERY_ROUTE, answers
@@ -55,7 +56,12 @@ async def events(request: Request, pattern: str = Query("terminal.*.status", max
     if not _PATTERN.match(pattern):
         raise InvalidInput(f"invalid topic pattern {pattern!r}")
     bus = request.app.state.runtime.bus
-    stream = bus.open_stream(f"sse:{id(request)}", pattern)
+    return sse_follow(request, bus.open_stream(f"sse:{id(request)}", pattern))
+
+
+def sse_follow(request: Request, stream: Subscription) -> StreamingResponse:
+    """A bus stream as Server-Sent Events until the client leaves; the stream is closed then."""
+    bus = request.app.state.runtime.bus
 
     async def body() -> AsyncIterator[bytes]:
         try:

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import json
 import os
-from collections.abc import AsyncIterator
 from datetime import UTC, datetime
 from typing import Annotated
 
@@ -43,7 +42,7 @@ from ..tool_policy import resolve_tools
 from ..web.logins import SESSION_TTL_S, TICKET_TTL_S
 from .auth import cookie_name, session_cookie
 from .errors import EVERY_ROUTE, answers
-from .events_stream import KEEPALIVE_S, SSE_CONTENT, event_json
+from .events_stream import SSE_CONTENT, sse_follow
 from .limits import StrictJsonRoute
 from .routes import TerminalId
 from .schemas import MAX_NAME, MAX_PATH, TerminalOut
@@ -101,23 +100,7 @@ async def board_events(request: Request) -> StreamingResponse:
     """Status, lifecycle, inbox, handoff/assign, workflow and flow events as they happen
     (never terminal output): what keeps the board current without polling."""
     bus = request.app.state.runtime.bus
-    stream = bus.open_stream(f"ui-sse:{id(request)}", "#", kinds=_FOR_THE_BOARD)
-
-    async def body() -> AsyncIterator[bytes]:
-        try:
-            yield b": connected\n\n"
-            while not await request.is_disconnected():
-                event = await bus.next_event(stream, KEEPALIVE_S)
-                if event is None:
-                    yield b": keepalive\n\n"
-                else:
-                    yield f"event: {type(event).__name__}\ndata: {json.dumps(event_json(event))}\n\n".encode()
-        finally:
-            bus.close_stream(stream)
-
-    return StreamingResponse(
-        body(), media_type="text/event-stream", headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
-    )
+    return sse_follow(request, bus.open_stream(f"ui-sse:{id(request)}", "#", kinds=_FOR_THE_BOARD))
 
 
 @router.get("/terminals/{terminal_id}/prompt", responses=answers(404, 422))
