@@ -5,7 +5,6 @@ TerminalExited, layout changes as TerminalResized.
 
 from __future__ import annotations
 
-import asyncio
 import codecs
 import re
 
@@ -19,11 +18,7 @@ _LAYOUT_SIZE = re.compile(r"^[0-9a-f]{4},(\d+)x(\d+),")
 MAX_ORPHAN_PANES = 64
 MAX_ORPHAN_BYTES = 256 * 1024
 # The pane-death subscription the client asks for; `subscription` reads its changes.
-DEATH_SUBSCRIPTION = "cao-dead:%*:#{pane_dead}:#{pane_dead_status}:#{pane_dead_signal}"
-# tmux can show a pane dead before its exit status is known ("1::"); the next check (about a
-# second later) normally brings it. A death still without status or signal after this long
-# is reported without a code.
-DEATH_WITHOUT_STATUS_S = 2.5
+DEATH_SUBSCRIPTION = "cao-dead:%*:#{pane_dead} #{pane_dead_status}"
 
 
 def decode_output(data: bytes) -> bytes:
@@ -43,7 +38,6 @@ class ControlOutput:
         self.bus = bus
         self.panes = panes
         self._pending: dict[str, bytearray] = {}
-        self._deaths_waiting: dict[str, asyncio.TimerHandle] = {}  # dead, exit status not yet known
         self._orphans: dict[str, bytearray] = {}  # output of panes not (yet) watched
 
     def adopt(self, pane_id: str, terminal_id: str) -> None:
@@ -83,27 +77,12 @@ class ControlOutput:
         parts = line.decode(errors="replace").split(" ")
         if len(parts) < 8 or parts[1] != "cao-dead":
             return
-        dead, _, rest = " ".join(parts[7:]).strip().partition(":")
-        status, _, signal = rest.partition(":")
+        value = " ".join(parts[7:]).split()
         terminal_id = self.panes.terminal_of_pane.get(parts[5])
-        if terminal_id is None:
+        if terminal_id is None or not value or value[0] != "1" or not self.panes.report_dead_once(terminal_id):
             return
-        waiting = self._deaths_waiting.pop(terminal_id, None)
-        if waiting is not None:
-            waiting.cancel()  # a newer reading decides (alive again after a respawn, or the code)
-        if dead != "1":
-            return
-        if not status and not signal:  # dead, but tmux has not collected the exit yet
-            self._deaths_waiting[terminal_id] = asyncio.get_running_loop().call_later(
-                DEATH_WITHOUT_STATUS_S, self._report_dead, terminal_id, None
-            )
-            return
-        self._report_dead(terminal_id, int(status) if status.lstrip("-").isdigit() else None)
-
-    def _report_dead(self, terminal_id: str, code: int | None) -> None:
-        self._deaths_waiting.pop(terminal_id, None)
-        if self.panes.report_dead_once(terminal_id):
-            self.bus.publish(TerminalExited(terminal_id, exit_code=code))
+        code = int(value[1]) if len(value) > 1 and value[1].lstrip("-").isdigit() else None
+        self.bus.publish(TerminalExited(terminal_id, exit_code=code))
 
     def layout(self, line: bytes) -> None:
         # %layout-change @W <layout> <visible layout> <flags>; layout = "csum,WxH,x,y,…"
