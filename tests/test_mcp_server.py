@@ -90,8 +90,9 @@ async def test_list_tools_offers_working_directory_only_when_enabled(cao: CaoSer
         params = {name: set(t.input_schema["properties"]) for name, t in tools.items()}
         required = {name: set(t.input_schema.get("required", [])) for name, t in tools.items()}
         workdir = {"working_directory"} if with_workdir else set()
-        assert params["handoff"] == {"agent_profile", "message", "timeout", "model", "engine", "use_worktree"} | workdir
-        assert params["assign"] == {"agent_profile", "message", "model", "engine", "use_worktree"} | workdir
+        common = {"agent_profile", "message", "model", "engine", "use_worktree", "host"}
+        assert params["handoff"] == common | {"timeout"} | workdir
+        assert params["assign"] == common | workdir
         assert params["send_message"] == {"message", "receiver_id"}
         assert params["answer_user_prompt"] == {"terminal_id", "answer"}
         assert params["delete_terminal"] == {"terminal_id"}

@@ -120,6 +120,7 @@ async def test_tool_list_names_parameters_and_both_entry_points(cao: CaoServer) 
         "allowed_tools",
         "model",
         "initial_message",
+        "host",
     }
     assert required["launch_session"] == {"agent_profile"}
     assert tools["launch_session"].input_schema["properties"]["allowed_tools"]["anyOf"][0]["type"] == "array"

@@ -160,3 +160,27 @@ def test_names_must_match_in_full(name):
     from cli_agent_orchestrator.models import SAFE_NAME_RE
 
     assert not SAFE_NAME_RE.match(name)
+
+
+def test_placement_policy_picks_named_then_callers_then_policy_host():
+    from cli_agent_orchestrator.services.hosts.placement import choose
+    from cli_agent_orchestrator.services.hosts.records import HostRecord, SshTarget
+
+    def host(name: str, state: str = "active", limit: int | None = None) -> HostRecord:
+        return HostRecord(name, SshTarget(f"{name}.example"), None, limit, state, "")  # type: ignore[arg-type]
+
+    hosts = [host("a", limit=2), host("b"), host("c", state="draining")]
+    live = ["a", "a", "b", None]
+    assert choose(None, None, hosts, live, "local") is None
+    assert choose("local", "b", hosts, live, "least-loaded") is None
+    assert choose("b", None, hosts, live, "local") == "b"
+    assert choose(None, "b", hosts, live, "local") == "b"  # beside its caller
+    assert choose(None, "a", hosts, live, "local") is None  # the caller's host is full: the policy
+    assert choose(None, None, hosts, live, "least-loaded") == "b"  # a is full, c drains
+    assert choose(None, None, [*hosts, host("d")], live, "least-loaded") == "d"  # fewest agents
+    assert choose(None, None, [host("a", limit=2)], live, "least-loaded") is None  # no host with room: here
+    for bad, words in (("x", "unknown host 'x'"), ("a", "is full"), ("c", "draining")):
+        with pytest.raises(InvalidInput, match=words):
+            choose(bad, None, hosts, live, "local")
+    with pytest.raises(InvalidInput, match="placement policy"):
+        choose(None, None, hosts, live, "nearest")

@@ -28,6 +28,9 @@ RUN_STEP_PATH = "/terminals/run-step"
 # The server's env_vars validator accepts exactly this; checking it here turns a mid-run 422
 # into an error at the call that caused it.
 STEP_ID_RE = re.compile(r"\A[A-Za-z0-9_-]{1,64}\Z")
+# Where the step's agent runs: a registered host's name (`cao host add NAME`) or "local"; the
+# server checks the same (and answers an unknown host with 400).
+HOST_RE = re.compile(r"\A[a-z0-9][a-z0-9-]{0,31}\Z")
 # What run-step waits for the agent when the call gives no timeout (the server's default).
 DEFAULT_STEP_TIMEOUT = 600.0
 # The server holds the request for its ready wait (up to 120 s) + the step timeout + teardown
@@ -78,12 +81,15 @@ def step(
     recovery: str,
     step_id: str | None = None,
     timeout: float | None = None,
+    host: str | None = None,
     **opts: Any,
 ) -> StepHandle:
     """Run one agent step, declaring what re-running it would mean (``recovery``).
 
     ``recovery`` is a claim the resume gate acts on, never verified: "idempotent" (safe to
     re-run), "reconcile" (treated like idempotent today) or "manual" (halt and ask).
+    ``host`` runs the agent on that registered host (or "local"); default: the server's
+    placement policy.
     """
     # Checked before the environment and before any request: a typo here must not cost
     # the steps that already ran.
@@ -92,18 +98,25 @@ def step(
             f"step(): recovery={recovery!r} is not a recovery policy; use one of "
             f"{', '.join(repr(p) for p in RECOVERY_POLICIES)} (or run_step() to declare none)"
         )
-    return _run("step", provider, agent, prompt, step_id, timeout, opts, recovery)
+    return _run("step", provider, agent, prompt, step_id, timeout, host, opts, recovery)
 
 
 def run_step(
-    provider: str, agent: str, prompt: str, *, step_id: str | None = None, timeout: float | None = None, **opts: Any
+    provider: str,
+    agent: str,
+    prompt: str,
+    *,
+    step_id: str | None = None,
+    timeout: float | None = None,
+    host: str | None = None,
+    **opts: Any,
 ) -> StepHandle:
     """Run one agent step declaring no recovery policy.
 
     A ``recovery=`` passed here rides in ``opts`` and is judged by the server (422 on a bad
     value, mid-run); use step() to have it checked up front.
     """
-    return _run("run_step", provider, agent, prompt, step_id, timeout, opts, None)
+    return _run("run_step", provider, agent, prompt, step_id, timeout, host, opts, None)
 
 
 def _run(
@@ -113,11 +126,17 @@ def _run(
     prompt: str,
     step_id: str | None,
     timeout: float | None,
+    host: str | None,
     opts: dict[str, Any],
     recovery: str | None,
 ) -> StepHandle:
     _refuse_options(fn_name, opts)
     _check_timeout(fn_name, timeout)
+    if host is not None and (not isinstance(host, str) or not HOST_RE.match(host)):
+        raise ShimError(
+            f"{fn_name}(): host={str(host)[:80]!r} is not a host name; use a registered host's name "
+            "(`cao host list`: 1-32 of a-z 0-9 -, starting with a letter or digit) or 'local'"
+        )
     if step_id is not None and (not isinstance(step_id, str) or not STEP_ID_RE.match(step_id)):
         raise ShimError(
             f"{fn_name}(): step_id={step_id!r} is not a valid step key; use 1-64 "
@@ -137,6 +156,8 @@ def _run(
         body["timeout"] = float(timeout)
     if recovery is not None:
         body["recovery"] = recovery
+    if host is not None:
+        body["host"] = host
     body.update(opts)
     try:
         payload = json.dumps(body, allow_nan=False).encode("utf-8")

@@ -10,7 +10,9 @@ import os
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from .auth_token import read_token
 from .backends.base import TerminalBackend
+from .backends.placed import PlacedBackend
 from .backends.tmux import TmuxBackend
 from .bus import EventBus
 from .events import Event
@@ -124,7 +126,21 @@ def build_runtime(settings: Settings | None = None) -> Runtime:
     store = Store(settings.database_url or settings.db_path, busy_limit_s=settings.db_busy_timeout)
     bus = EventBus(settings.event_queue_size)
     tasks = TaskGroup(on_failure=lambda name, exc: bus.record_failure("task", name, exc))
-    backend = TmuxBackend(settings.tmux_socket_name, bus, settings.output_source, settings.fifo_dir, spawn=tasks.spawn)
+    local = TmuxBackend(settings.tmux_socket_name, bus, settings.output_source, settings.fifo_dir, spawn=tasks.spawn)
+    hosts = HostService(settings.tmp_dir, store, HostTables(store.engine), dict(os.environ))
+    token_path = settings.auth_token_path
+    backend = PlacedBackend(
+        local,
+        hosts.connector(
+            bus,
+            tasks.spawn,
+            settings.tmux_socket_name,
+            str(settings.hosts_socket_path),
+            lambda: read_token(token_path) or "",
+            settings.host_dead_after,
+        ),
+    )
+    hosts.connection_of, hosts.disconnect = backend.host_health, backend.disconnect
     monitor = StatusMonitor(bus, store, tasks, backend.request_snapshot)
     logs = LogWriter(settings.terminal_logs_dir, tasks)
     typing = InputService(backend, bus, monitor)
@@ -181,5 +197,5 @@ def build_runtime(settings: Settings | None = None) -> Runtime:
         hooks,
         PluginDispatcher(load_plugins(settings.home_dir)),
         flows,
-        HostService(settings.tmp_dir, store, HostTables(store.engine), dict(os.environ)),
+        hosts,
     )

@@ -97,6 +97,12 @@ class BackendError(CaoError):
     http_status = 500
 
 
+class HostUnreachable(BackendError):
+    """An agent's host cannot be reached now (cao reconnects on its own)."""
+
+    http_status = 503
+
+
 class WorkerError(CaoError):
     """An agent reached status `error` while we waited for it."""
 

@@ -68,10 +68,24 @@ class TerminalExited(Event):
     terminal_id: str
     exit_code: int | None = None
     window_gone: bool = False
+    reason: str = ""  # why, when not the process's own end (e.g. its host stayed unreachable)
 
     @property
     def topic(self) -> str:
         return f"terminal.{self.terminal_id}.exited"
+
+
+@dataclass(frozen=True)
+class TerminalUnreachable(Event):
+    """The agent's host cannot be reached: its status is unknown until the connection is back
+    (then its screen is read afresh)."""
+
+    terminal_id: str
+    reason: str
+
+    @property
+    def topic(self) -> str:
+        return f"terminal.{self.terminal_id}.unreachable"
 
 
 @dataclass(frozen=True)
@@ -135,6 +149,7 @@ class BackendLost(Event):
 
     backend: str
     reason: str
+    host: str | None = None  # a host's tmux server: only that host's agents are gone
 
     @property
     def topic(self) -> str:

@@ -79,6 +79,7 @@ class Terminal:
     created_at: str = ""
     last_active: str = ""
     worktree: Worktree | None = None  # its own git worktree (use_worktree), if any
+    host: str | None = None  # the registered host it runs on; None: this machine
     extra: dict = field(default_factory=dict)
 
 

@@ -5,7 +5,9 @@ directories, whatever the process umask says.
 
 from __future__ import annotations
 
+import hashlib
 import os
+import stat
 from pathlib import Path
 
 FILE_MODE = 0o600
@@ -42,3 +44,25 @@ def _write_all(fd: int, data: bytes) -> None:
     view = memoryview(data)
     while view:
         view = view[os.write(fd, view) :]
+
+
+# A Unix socket path holds at most ~104 bytes, and ssh binds a master first at the control
+# path plus a 17-character random suffix, then renames it; names in the directory are ≤ 12.
+MAX_SOCKET_PATH = 104 - 17
+SOCKET_NAME_ROOM = 12
+
+
+def socket_dir(tmp_dir: Path) -> Path:
+    """`<cao home>/tmp/ssh`: the home's Unix sockets (ssh control sockets, the hosts' API socket),
+    private to the server's user. A home whose path leaves no room for a socket name uses a
+    private directory in /tmp instead."""
+    wanted = tmp_dir / "ssh"
+    if len(str(wanted)) + 1 + SOCKET_NAME_ROOM > MAX_SOCKET_PATH:
+        digest = hashlib.sha256(str(tmp_dir).encode()).hexdigest()[:8]
+        wanted = Path("/tmp") / f"cao-ssh-{os.getuid()}-{digest}"
+    wanted.mkdir(mode=0o700, parents=True, exist_ok=True)
+    info = os.lstat(wanted)
+    if not stat.S_ISDIR(info.st_mode) or info.st_uid != os.getuid():
+        raise PermissionError(f"{wanted} is not a directory of this user's; remove it to let cao use it")
+    os.chmod(wanted, 0o700)
+    return wanted

@@ -34,6 +34,7 @@ class AgentProfile:
     role: str | None = None  # supervisor | developer | reviewer | a role from settings.json
     mcp_servers: dict = field(default_factory=dict)
     allowed_tools: list[str] | None = None
+    host: str | None = None  # where agents of this profile run (a registered host, or "local")
     system_prompt: str = ""
     frontmatter: dict = field(default_factory=dict)  # everything, for provider-specific keys
     source: str = "built-in"
@@ -71,6 +72,9 @@ def parse_profile(text: str, fallback_name: str, source: str, env: dict[str, str
     servers = meta.get("mcpServers") or {}
     if not isinstance(servers, dict):
         raise InvalidInput(f"profile {fallback_name!r}: mcpServers must be a mapping")
+    host = meta.get("host")
+    if host is not None and not isinstance(host, str):
+        raise InvalidInput(f"profile {fallback_name!r}: host must be a host's name (a string)")
     return AgentProfile(
         name=str(meta.get("name") or fallback_name),
         description=str(meta.get("description") or ""),
@@ -79,6 +83,7 @@ def parse_profile(text: str, fallback_name: str, source: str, env: dict[str, str
         role=meta.get("role"),  # checked where it is used (tool_policy.resolve_tools)
         mcp_servers=servers,
         allowed_tools=tools,
+        host=host,
         system_prompt=body.strip(),
         frontmatter=meta,
         source=source,

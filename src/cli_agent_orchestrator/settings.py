@@ -90,6 +90,11 @@ class Settings:
     # the home's SQLite file; same schema and migrations. None: SQLite.
     database_url: str | None = None
     ws_allowed_origins: list[str] = field(default_factory=list)
+    # Where an agent that names no host runs (services/hosts/placement.py): "local" (this
+    # machine) or "least-loaded" (the active host with room and the fewest agents); CAO_PLACEMENT.
+    placement: str = "local"
+    # A host unreachable this long has its agents marked gone; CAO_HOST_DEAD_AFTER_SECONDS.
+    host_dead_after: float = 600.0
 
     @classmethod
     def from_env(cls) -> Settings:
@@ -126,6 +131,8 @@ class Settings:
             ws_allowed_clients=_env_list("CAO_WS_ALLOWED_CLIENTS"),
             database_url=os.environ.get("CAO_DATABASE_URL", "").strip() or None,
             ws_allowed_origins=_env_list("CAO_WS_ALLOWED_ORIGINS"),
+            placement=os.environ.get("CAO_PLACEMENT", "").strip().lower() or "local",
+            host_dead_after=max(1.0, _env_float("CAO_HOST_DEAD_AFTER_SECONDS", 600.0)),
         )
 
     @property
@@ -182,6 +189,14 @@ class Settings:
     def workflow_runs_dir(self) -> Path:
         """Frozen script snapshots, one directory per run (the journal holds the source)."""
         return self.home_dir / "workflow-runs"
+
+    @property
+    def hosts_socket_path(self) -> Path:
+        """The Unix socket (0600) where hosts' reverse forwards reach cao-server: beside the
+        ssh control sockets, in a private directory short enough for a socket path."""
+        from .private_files import socket_dir
+
+        return socket_dir(self.tmp_dir) / "api.sock"
 
     @property
     def auth_token_path(self) -> Path:

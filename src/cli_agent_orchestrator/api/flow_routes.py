@@ -15,7 +15,7 @@ from ..errors import InvalidInput
 from ..flows.service import FlowService
 from .errors import EVERY_ROUTE, answers
 from .limits import StrictJsonRoute
-from .schemas import MAX_NAME, MAX_PATH
+from .schemas import HOST_DESCRIPTION, MAX_NAME, MAX_PATH
 
 router = APIRouter(prefix="/flows", tags=["flows"], route_class=StrictJsonRoute, responses=EVERY_ROUTE)
 
@@ -40,6 +40,7 @@ class FlowOut(BaseModel):
     provider: str | None
     script: str | None
     engine: str | None
+    host: str | None = Field(None, description="the registered host its agent runs on; null: the placement policy")
     timeout: float
     description: str
     prompt_template: str
@@ -91,6 +92,7 @@ class AddBody(BaseModel):
     script: str | None = Field(None, max_length=MAX_PATH, description="gate script; relative to the flows directory")
     timezone: str | None = Field(None, max_length=64)
     engine: str | None = Field(None, max_length=16)
+    host: str | None = Field(None, max_length=MAX_NAME, description=HOST_DESCRIPTION)  # checked by parse_flow: 400
     timeout: float | None = Field(None, gt=0, le=86400)
     description: str | None = Field(None, max_length=4096)
 

@@ -36,6 +36,11 @@ class HostOut(BaseModel):
     max_agents: int | None
     state: Literal["active", "draining"]
     added_at: str
+    agents: int = Field(0, description="its live agents")
+    connection: dict = Field(
+        default_factory=lambda: {"status": "idle"},
+        description="status ok | down (with reason; its agents are unknown while cao reconnects) | idle (not connected)",
+    )
 
 
 class AddBody(BaseModel):

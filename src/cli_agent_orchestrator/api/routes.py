@@ -24,6 +24,8 @@ from ..workflows.script_steps import parse_identity
 from .errors import EVERY_ROUTE, answers
 from .limits import StrictJsonRoute
 from .schemas import (
+    HOST_DESCRIPTION,
+    HOST_PATTERN,
     MAX_NAME,
     MAX_PATH,
     MAX_TEXT,
@@ -48,6 +50,7 @@ WorkingDirectory = Annotated[str | None, Query(max_length=MAX_PATH)]
 ToolList = Annotated[str | None, Query(max_length=MAX_PATH, description="comma-separated tool names")]
 CallerId = Annotated[str | None, Query(pattern=r"^[a-f0-9]{8}$")]
 Engine = Annotated[str | None, Query(max_length=MAX_NAME, description="Kiro CLI's agent engine: v2 (kas is refused)")]
+Host = Annotated[str | None, Query(pattern=HOST_PATTERN, description=HOST_DESCRIPTION)]
 # Error statuses by what a route does (400, 401, 403 and 413 come with every route; 503 with every
 # route that uses the database).
 LISTS = answers(503)
@@ -107,6 +110,7 @@ async def create_session(
     yolo: bool = False,
     engine: Engine = None,
     use_worktree: bool = False,
+    host: Host = None,
     body: Annotated[SessionBody | None, Body()] = None,
 ) -> TerminalOut:
     req = CreateRequest(
@@ -121,6 +125,7 @@ async def create_session(
         engine=engine,
         use_worktree=use_worktree,
         env_vars=body.env_vars if body else None,
+        host=host,
     )
     return await _create(request, req, body)
 
@@ -160,6 +165,7 @@ async def create_terminal(
     yolo: bool = False,
     engine: Engine = None,
     use_worktree: bool = False,
+    host: Host = None,
     body: Annotated[InitialMessage | None, Body()] = None,
 ) -> TerminalOut:
     if body and body.initial_message is not None and not defer_init:
@@ -177,6 +183,7 @@ async def create_terminal(
         wait_ready=not defer_init,
         engine=engine,
         use_worktree=use_worktree,
+        host=host,
     )
     return await _create(request, req, body)
 
@@ -213,6 +220,13 @@ async def list_terminals(request: Request) -> list[TerminalOut]:
 @router.get("/terminals/{terminal_id}", response_model=TerminalOut, responses=ABOUT_ONE)
 async def get_terminal(request: Request, terminal_id: TerminalId) -> TerminalOut:
     return TerminalOut.of(await rt(request).terminals.get(terminal_id))
+
+
+@router.get("/terminals/{terminal_id}/attach", responses=ABOUT_ONE)
+async def attach_terminal(request: Request, terminal_id: TerminalId) -> dict:
+    """How a human watches this agent: the command that attaches to its session's tmux, on
+    the machine it runs on (an ssh command for an agent on a host)."""
+    return await rt(request).terminals.attach(terminal_id)
 
 
 @router.post("/terminals/{terminal_id}/input", responses={**ABOUT_ONE, **answers(409)})
@@ -376,6 +390,7 @@ class RunStepBody(BaseModel):
     reuse_terminal_id: str | None = Field(None, pattern=r"^[a-f0-9]{8}$")
     use_worktree: bool = False
     engine: str | None = Field(None, max_length=MAX_NAME)  # checked by the spawner: 400, not 422
+    host: str | None = Field(None, pattern=HOST_PATTERN, description=HOST_DESCRIPTION)
 
 
 @router.post("/terminals/run-step", responses={**CREATES, **answers(409)})
@@ -385,6 +400,8 @@ async def run_step(request: Request, body: RunStepBody) -> dict:
         raise InvalidInput(
             "use_worktree and reuse_terminal_id cannot be combined: the reused terminal has its directory"
         )
+    if body.host is not None and body.reuse_terminal_id is not None:
+        raise InvalidInput("host and reuse_terminal_id cannot be combined: the reused terminal runs where it runs")
     if body.env_vars is None:
         result = await rt(request).orchestration.run_step(StepRequest(**fields))
         return {
@@ -396,6 +413,7 @@ async def run_step(request: Request, body: RunStepBody) -> dict:
             "provider": result.provider,
             "engine": terminal_engine(result.provider) if result.provider else None,
             "worktree": WorktreeOut.of(result.worktree).model_dump() if result.worktree else None,
+            "host": result.host,
         }
     if body.reuse_terminal_id is not None:
         raise Unprocessable(

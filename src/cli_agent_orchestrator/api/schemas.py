@@ -5,11 +5,16 @@ from __future__ import annotations
 from pydantic import BaseModel, ConfigDict, Field
 
 from ..models import InboxMessage, OrchestrationType, Terminal, Worktree
+from ..services.hosts.records import NAME_RE as HOST_NAME_RE
 from ..services.terminals.engines import terminal_engine
 
 MAX_TEXT = 1_000_000  # characters in one message; a 100 KB task is routine
 MAX_PATH = 4096  # characters in a path (PATH_MAX on Linux)
 MAX_NAME = 128  # a profile, provider, model or session name (the services allow at most 128)
+# Where an agent runs: a registered host's name (`cao host add NAME`), or "local"; a malformed
+# one is a 422 at the edge, an unknown one a 400 from the spawner.
+HOST_PATTERN = rf"^{HOST_NAME_RE.pattern}$"
+HOST_DESCRIPTION = "a registered host's name (`cao host list`) or local; default: the placement policy"
 
 
 class WorktreeOut(BaseModel):
@@ -46,6 +51,7 @@ class TerminalOut(BaseModel):
     last_active: str = ""
     engine: str | None = None  # Kiro CLI's agent engine; null for CLIs without engines
     worktree: WorktreeOut | None = None
+    host: str | None = None  # the registered host it runs on; null: cao-server's own machine
 
     @classmethod
     def of(cls, t: Terminal) -> TerminalOut:
@@ -67,6 +73,7 @@ class TerminalOut(BaseModel):
             last_active=t.last_active,
             engine=terminal_engine(t.provider),
             worktree=WorktreeOut.of(t.worktree) if t.worktree else None,
+            host=t.host,
         )
 
 

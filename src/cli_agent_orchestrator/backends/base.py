@@ -12,6 +12,16 @@ from typing import Protocol
 
 
 @dataclass(frozen=True)
+class HostPlace:
+    """What an agent on a host needs to know about it: its cao home there, and the port on
+    the host's loopback where cao-server answers (a reverse forward)."""
+
+    home: str  # the remote user's home, absolute
+    cao_home: str
+    api_port: int
+
+
+@dataclass(frozen=True)
 class WindowRef:
     window_id: str  # stable id of the window (tmux `@N`)
     pane_id: str  # the window's single pane (tmux `%N`)
@@ -52,10 +62,12 @@ class TerminalBackend(Protocol):
         new_session: bool,
         watch: bool = True,
         tag: str | None = None,
+        host: str | None = None,
     ) -> WindowRef:
-        """Start `command` (a shell line of cao's own making) in a new window; with `watch`,
-        publish its output from the first byte. Names and the directory are taken
-        literally, never as backend syntax. A failed creation leaves nothing behind."""
+        """Start `command` (a shell line of cao's own making) in a new window, on this machine
+        or on the registered `host`; with `watch`, publish its output from the first byte.
+        Names and the directory are taken literally, never as backend syntax. A failed
+        creation leaves nothing behind."""
 
     async def watch(self, terminal_id: str, window_id: str) -> WindowRef | None:
         """Re-attach the output source to an existing window (after a restart)."""
@@ -109,5 +121,22 @@ class TerminalBackend(Protocol):
     async def list_sessions(self) -> list[tuple[str, bool]]:
         """(name, a human is attached) for every session of this backend."""
 
-    def attach_command(self, session_name: str) -> list[str]:
-        """The argv a human runs to watch a session."""
+    def attach_command(self, session_name: str, host: str | None = None) -> list[str]:
+        """The argv a human runs to watch a session (its windows on `host`)."""
+
+    # --- agents on other hosts (placed.py) ---
+    async def place(self, host: str) -> HostPlace:
+        """Connect to `host` if not yet; where its agents find their cao home and cao-server."""
+
+    async def put_files(self, host: str, rel_dir: str, files: dict[str, bytes], executable: frozenset[str]) -> str:
+        """Write files (0600; 0700 for `executable`) in a directory of the host's cao home; its path."""
+
+    async def remove_files(self, host: str, rel_dir: str) -> None: ...
+
+    async def reach(self, host: str) -> str | None:
+        """Connect to `host` now; None when connected, else why not."""
+
+    def adopt_later(self, host: str, terminal_id: str, window_id: str, reason: str) -> bool:
+        """Watch a terminal of an unreachable host once it is reached (False: no such host)."""
+
+    async def is_dir(self, host: str, path: str) -> bool: ...

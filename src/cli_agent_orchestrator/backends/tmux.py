@@ -109,6 +109,10 @@ class TmuxBackend:
     def base_argv(self) -> list[str]:
         return [self.binary or "tmux", "-L", self.socket_name]
 
+    def client_argv(self, *args: str) -> list[str]:
+        """The argv of a tmux client process running `args` on this backend's tmux server."""
+        return [*self.base_argv(), *args]
+
     async def run(self, *args: str, input_bytes: bytes | None = None, check: bool = True) -> str:
         reply = await self.run_reply(*args, input_bytes=input_bytes)
         if check and not reply.ok:
@@ -132,7 +136,7 @@ class TmuxBackend:
             return Reply(False, reply.blocks, reply.error or "tmux control channel lost")
         # A tmux client process: for the first command (no control client yet), for
         # commands that read stdin (load-buffer) and for all of them with pipe-pane.
-        return await run_client(self.base_argv(), args, input_bytes)
+        return await run_client(self.client_argv(*args), (), input_bytes)
 
     # --- lifecycle --------------------------------------------------------------
     async def start(self) -> None:
@@ -151,7 +155,7 @@ class TmuxBackend:
             )
         else:
             self._source = ControlClient(
-                self.base_argv(),
+                self.client_argv("-C", "attach-session", "-t", f"={MONITOR_SESSION}"),
                 MONITOR_SESSION,
                 self.bus,
                 self.panes,
@@ -180,7 +184,7 @@ class TmuxBackend:
         await self.run(*server_start_commands())
 
     async def server_running(self) -> bool:
-        return (await run_client(self.base_argv(), ("list-sessions", "-F", "x"))).ok
+        return (await run_client(self.client_argv("list-sessions", "-F", "x"), ())).ok
 
     def health(self) -> dict:
         """`{"status": "ok"|"down", "reason": …}` for /health."""

@@ -43,7 +43,7 @@ class ControlClient:
 
     def __init__(
         self,
-        tmux_argv: list[str],
+        attach_argv: list[str],
         session: str,
         bus: EventBus,
         panes: PaneMap,
@@ -51,7 +51,7 @@ class ControlClient:
         stall_s: float = STALL_S,
     ):
         self.stall_s = stall_s
-        self.tmux_argv = tmux_argv
+        self.attach_argv = attach_argv  # a tmux client that runs `-C attach-session` (maybe over ssh)
         self.session = session
         self.bus = bus
         self.panes = panes
@@ -77,11 +77,7 @@ class ControlClient:
     # --- lifecycle ------------------------------------------------------------------
     async def start(self) -> None:
         self.proc = await asyncio.create_subprocess_exec(
-            *self.tmux_argv,
-            "-C",
-            "attach-session",
-            "-t",
-            f"={self.session}",
+            *self.attach_argv,
             stdin=asyncio.subprocess.PIPE,
             stdout=asyncio.subprocess.PIPE,
             stderr=asyncio.subprocess.DEVNULL,

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import logging
 import os
+import socket
+from pathlib import Path
 
 import click
 import uvicorn
@@ -43,7 +45,7 @@ def main(host: str | None, port: int | None, log_level: str) -> None:
     # proxy_headers off: cao is never behind a proxy, and a forged X-Forwarded-For must not
     # change who a request seems to come from. Streams (SSE) are cut after a grace period
     # so that a connected UI never keeps the server from stopping.
-    uvicorn.run(
+    config = uvicorn.Config(
         create_app(settings),
         host=settings.api_host,
         port=settings.api_port,
@@ -52,6 +54,25 @@ def main(host: str | None, port: int | None, log_level: str) -> None:
         proxy_headers=False,
         timeout_graceful_shutdown=SHUTDOWN_GRACE_S,
     )
+    # Two listeners: the API's TCP port, and a Unix socket (0600) that only hosts' reverse
+    # forwards lead to. A request arriving there came from another machine through cao's own
+    # ssh, so its socket's user says nothing: it is admitted by the token alone (api/auth.py).
+    listeners = [config.bind_socket(), bind_hosts_socket(settings.hosts_socket_path)]
+    uvicorn.Server(config).run(sockets=listeners)
+
+
+def bind_hosts_socket(path: Path) -> socket.socket:
+    """The Unix socket hosts' reverse forwards lead to (a stale one from a crash is replaced)."""
+    path.unlink(missing_ok=True)
+    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    old = os.umask(0o177)
+    try:
+        sock.bind(str(path))
+    finally:
+        os.umask(old)
+    os.chmod(path, 0o600)
+    sock.listen(128)
+    return sock
 
 
 if __name__ == "__main__":

@@ -108,6 +108,7 @@ class FlowRunner:
                     new_session=True,
                     engine=spec.engine,
                     wait_ready=True,
+                    host=spec.host,
                 )
             )
         except CaoError as exc:

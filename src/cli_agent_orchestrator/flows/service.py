@@ -262,6 +262,7 @@ class FlowService:
             "provider": spec.provider,
             "script": spec.script,
             "engine": spec.engine,
+            "host": spec.host,
             "timeout": spec.timeout,
             "description": spec.description,
             "prompt_template": spec.prompt_template,

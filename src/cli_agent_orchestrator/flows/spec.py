@@ -2,8 +2,9 @@
 
 Frontmatter: `name`, `schedule` (5-field cron) and `agent_profile` are required; `provider`,
 `timezone` (IANA; default the server's local zone), `script` (a gate, relative to the flow
-file), `engine` (Kiro), `timeout` (seconds the agent may take; default 3600) and
-`description` are optional. Anything else is refused, so a typo never goes unnoticed.
+file), `engine` (Kiro), `host` (a registered host's name or `local`; default: the placement
+policy), `timeout` (seconds the agent may take; default 3600) and `description` are optional.
+Anything else is refused, so a typo never goes unnoticed.
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ import yaml
 from ..errors import InvalidInput, NotFound
 from ..profiles import load_profile
 from ..providers.registry import get_provider
+from ..services.hosts.records import NAME_RE as HOST_NAME_RE
 from .schedule import Schedule
 from .template import placeholders
 
@@ -29,7 +31,18 @@ SESSION_PREFIX = "cao-flow-"
 DEFAULT_TIMEOUT_S = 3600.0
 MAX_TIMEOUT_S = 86400.0
 MAX_FLOW_FILE_BYTES = 256 * 1024
-KNOWN_KEYS = ("name", "schedule", "agent_profile", "provider", "timezone", "script", "engine", "timeout", "description")
+KNOWN_KEYS = (
+    "name",
+    "schedule",
+    "agent_profile",
+    "provider",
+    "timezone",
+    "script",
+    "engine",
+    "host",
+    "timeout",
+    "description",
+)
 _FRONTMATTER = re.compile(r"\A---[ \t]*\r?\n(.*?)\r?\n---[ \t]*(?:\r?\n|\Z)(.*)\Z", re.S)
 
 
@@ -46,6 +59,7 @@ class FlowSpec:
     prompt_template: str
     file_path: str
     description: str = ""
+    host: str | None = None  # None = the placement policy (a profile's `host` first)
 
 
 def check_name(name: object) -> str:
@@ -116,6 +130,7 @@ def parse_flow(text: str, file_path: Path, server_zone: str) -> FlowSpec:
         prompt_template=prompt,
         file_path=str(file_path),
         description=_optional_text(meta, "description", where) or "",
+        host=_host(meta.get("host"), where),
     )
 
 
@@ -154,6 +169,19 @@ def _optional_text(meta: dict, key: str, where: str) -> str | None:
 def _required_text(meta: dict, key: str, where: str) -> str:
     value = _optional_text(meta, key, where)
     assert value is not None  # checked as required above
+    return value
+
+
+def _host(value: object, where: str) -> str | None:
+    """A registered host's name or "local". Whether it is registered is the spawner's question,
+    asked when the flow runs: a host can be removed after the flow was added."""
+    if value is None or value == "":
+        return None
+    if not isinstance(value, str) or not HOST_NAME_RE.fullmatch(value):
+        raise InvalidInput(
+            f"{where}: `host` must be a registered host's name (`cao host list`: 1-32 of [a-z0-9-], "
+            "starting with [a-z0-9]) or local"
+        )
     return value
 
 

@@ -7,6 +7,10 @@ HTTP errors or an unreachable server: each call returns an `ApiResponse` whose
 
 from __future__ import annotations
 
+import asyncio
+import itertools
+import os
+import time
 from dataclasses import dataclass
 from typing import Any
 
@@ -36,10 +40,29 @@ class ApiResponse:
         return self.body
 
 
+# A call that could not even connect (cao-server restarting, an agent's host whose connection
+# to the server is being re-made) never reached the server, so it is safe to try again: for
+# this long (CAO_MCP_RECONNECT_SECONDS), with these pauses (the last repeats).
+RECONNECT_S = 60.0
+RECONNECT_PAUSES_S = (0.2, 0.5, 1.0, 2.0)
+
+
+def reconnect_window() -> float:
+    try:
+        return max(0.0, float(os.environ.get("CAO_MCP_RECONNECT_SECONDS", RECONNECT_S)))
+    except ValueError:
+        return RECONNECT_S
+
+
 class CaoApi:
-    def __init__(self, base_url: str, timeout: float, headers: dict[str, str] | None = None):
+    def __init__(
+        self, base_url: str, timeout: float, headers: dict[str, str] | None = None, reconnect_s: float | None = None
+    ):
+        """`reconnect_s`: how long a call that cannot connect is tried again (None: the
+        agent default, CAO_MCP_RECONNECT_SECONDS; 0 for a human's tool, who should hear at once)."""
         self.base_url = base_url
         self.timeout = timeout
+        self.reconnect_s = reconnect_window() if reconnect_s is None else reconnect_s
         # The Authorization header; by default from CAO_AUTH_TOKEN or the cao home's token
         # file, and none when neither can be read (the server still admits its owner on loopback).
         self.headers = headers
@@ -70,7 +93,7 @@ class CaoApi:
         limit = self.timeout if timeout is None else timeout
         query = {k: v for k, v in (params or {}).items() if v is not None}
         try:
-            resp = await self._http().request(method, path, params=query, json=json, timeout=limit)
+            resp = await self._request_reconnecting(method, path, query, json, limit)
         except httpx.TimeoutException:
             return ApiResponse(0, None, f"no answer from cao-server within {limit:.0f}s", timed_out=True)
         except httpx.HTTPError as exc:
@@ -83,6 +106,21 @@ class CaoApi:
             return ApiResponse(resp.status_code, body)
         failed = ApiResponse(resp.status_code, body)
         return ApiResponse(resp.status_code, body, describe_detail(failed.detail))
+
+    async def _request_reconnecting(
+        self, method: str, path: str, query: dict[str, Any], json: Any, limit: float
+    ) -> httpx.Response:
+        """The request, tried again while the server cannot be connected to (nothing was sent)."""
+        deadline = time.monotonic() + self.reconnect_s
+        for attempt in itertools.count():
+            try:
+                return await self._http().request(method, path, params=query, json=json, timeout=limit)
+            except httpx.ConnectError:
+                pause = RECONNECT_PAUSES_S[min(attempt, len(RECONNECT_PAUSES_S) - 1)]
+                if time.monotonic() + pause > deadline:
+                    raise
+                await asyncio.sleep(pause)
+        raise AssertionError("unreachable")
 
     async def get(self, path: str, **kw: Any) -> ApiResponse:
         return await self.request("GET", path, **kw)

@@ -100,9 +100,13 @@ def build_server(config: OpsConfig | None = None) -> MCPServer:
         initial_message: Annotated[
             str | None, Field(description="First message, typed in when the agent is ready")
         ] = None,
+        host: Annotated[
+            str | None,
+            Field(description="Run the agent on this registered host (`cao host list`); default: the placement policy"),
+        ] = None,
     ) -> dict[str, Any]:
         return await ops.launch_session(
-            agent_profile, provider, session_name, working_directory, allowed_tools, model, initial_message
+            agent_profile, provider, session_name, working_directory, allowed_tools, model, initial_message, host
         )
 
     async def send_session_message(

@@ -17,7 +17,7 @@ from ..auth_token import auth_headers
 from ..models import SAFE_NAME_RE, SESSION_PREFIX
 from ..settings import Settings
 from .api import ApiResponse, CaoApi
-from .tools import bad_terminal_id
+from .tools import bad_host, bad_terminal_id
 from .workflow_tools import bad_id, guarded_by
 
 Result = dict[str, Any]
@@ -95,7 +95,7 @@ def bad_tool_list(tools: Any) -> str | None:
 class OpsTools:
     def __init__(self, config: OpsConfig, api: CaoApi | None = None):
         self.config = config
-        self.api = api or CaoApi(config.base_url, config.request_timeout, config.headers)
+        self.api = api or CaoApi(config.base_url, config.request_timeout, config.headers, reconnect_s=0)
 
     def _slow_call_timeout(self) -> float:
         return max(self.config.request_timeout, self.config.launch_timeout, SLOW_CALL_TIMEOUT_S)
@@ -152,8 +152,9 @@ class OpsTools:
         allowed_tools: list[str] | None = None,
         model: str | None = None,
         initial_message: str | None = None,
+        host: str | None = None,
     ) -> Result:
-        if error := bad_profile_name(agent_profile) or bad_tool_list(allowed_tools):
+        if error := bad_profile_name(agent_profile) or bad_tool_list(allowed_tools) or bad_host(host):
             return fail(error)
         if initial_message is not None and (not isinstance(initial_message, str) or not initial_message.strip()):
             return fail("initial_message must not be empty (leave it out to start the agent idle)")
@@ -171,6 +172,7 @@ class OpsTools:
             "working_directory": working_directory,
             "allowed_tools": ",".join(t.strip() for t in allowed_tools) if allowed_tools else None,
             "model": model,
+            "host": host,
         }
         body = {"initial_message": initial_message} if initial_message is not None else None
         # With an initial message the server answers at once; without, when the CLI is ready.
@@ -199,6 +201,7 @@ class OpsTools:
             "terminal_id": term.get("id"),
             "provider": term.get("provider"),
             "status": term.get("status"),
+            "host": term.get("host"),  # null: cao-server's own machine
         }
 
     @guarded

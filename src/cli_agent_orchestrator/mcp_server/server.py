@@ -27,6 +27,10 @@ WorkDir = Annotated[str | None, Field(description="Absolute directory the worker
 Model = Annotated[str | None, Field(description="Model for the worker's CLI (default: the profile's)")]
 TerminalId = Annotated[str, Field(description="Terminal id: 8 lowercase hex characters")]
 Engine = Annotated[str | None, Field(description="Kiro CLI's agent engine, v2 (kas is refused); ignored by other CLIs")]
+Host = Annotated[
+    str | None,
+    Field(description="Run the worker on this registered host (`cao host list`); default: the placement policy"),
+]
 UseWorktree = Annotated[
     bool,
     Field(
@@ -205,8 +209,11 @@ def build_server(config: ToolConfig | None = None) -> MCPServer:
             model: Model = None,
             engine: Engine = None,
             use_worktree: UseWorktree = False,
+            host: Host = None,
         ) -> dict[str, Any]:
-            return await tools.handoff(agent_profile, message, timeout, working_directory, model, engine, use_worktree)
+            return await tools.handoff(
+                agent_profile, message, timeout, working_directory, model, engine, use_worktree, host
+            )
 
         async def assign(
             agent_profile: Profile,
@@ -215,8 +222,9 @@ def build_server(config: ToolConfig | None = None) -> MCPServer:
             model: Model = None,
             engine: Engine = None,
             use_worktree: UseWorktree = False,
+            host: Host = None,
         ) -> dict[str, Any]:
-            return await tools.assign(agent_profile, message, working_directory, model, engine, use_worktree)
+            return await tools.assign(agent_profile, message, working_directory, model, engine, use_worktree, host)
     else:
 
         async def handoff(  # type: ignore[misc]  # the other variant: a tool schema of its own
@@ -226,8 +234,9 @@ def build_server(config: ToolConfig | None = None) -> MCPServer:
             model: Model = None,
             engine: Engine = None,
             use_worktree: UseWorktree = False,
+            host: Host = None,
         ) -> dict[str, Any]:
-            return await tools.handoff(agent_profile, message, timeout, None, model, engine, use_worktree)
+            return await tools.handoff(agent_profile, message, timeout, None, model, engine, use_worktree, host)
 
         async def assign(  # type: ignore[misc]  # the other variant: a tool schema of its own
             agent_profile: Profile,
@@ -235,8 +244,9 @@ def build_server(config: ToolConfig | None = None) -> MCPServer:
             model: Model = None,
             engine: Engine = None,
             use_worktree: UseWorktree = False,
+            host: Host = None,
         ) -> dict[str, Any]:
-            return await tools.assign(agent_profile, message, None, model, engine, use_worktree)
+            return await tools.assign(agent_profile, message, None, model, engine, use_worktree, host)
 
     async def send_message(
         message: Annotated[str, Field(description="The message text")],

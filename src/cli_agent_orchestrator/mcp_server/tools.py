@@ -9,6 +9,7 @@ never raised, because a raised error reaches the agent as an opaque tool error.
 from __future__ import annotations
 
 import os
+import re
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -28,6 +29,9 @@ HANDOFF_HTTP_MARGIN = 60
 MAX_ANSWER_CHARS = 4000
 CROWDED_SESSION = 10
 WAITING_USER_ANSWER = "waiting_user_answer"
+# A registered host's name (`cao host add NAME`) or "local"; cao-server checks the same, and
+# answers an unknown host with 400. Checked here too, so a malformed one never leaves this process.
+HOST_NAME_RE = re.compile(r"\A[a-z0-9][a-z0-9-]{0,31}\Z")
 
 
 @dataclass(frozen=True)
@@ -58,6 +62,19 @@ def bad_terminal_id(terminal_id: str | None, what: str = "terminal_id") -> str |
     if not isinstance(terminal_id, str) or not TERMINAL_ID_RE.match(terminal_id):
         return f"invalid {what} {terminal_id!r}: expected 8 lowercase hex characters"
     return None
+
+
+def bad_host(host: object) -> str | None:
+    """The error for a malformed host name, or None (None itself: the placement policy)."""
+    if host is None or (isinstance(host, str) and HOST_NAME_RE.match(host)):
+        return None
+    return f"invalid host {str(host)[:80]!r}: use a registered host's name (`cao host list`) or local"
+
+
+def host_phrase(answer: dict) -> str:
+    """ " on host NAME" when cao-server placed the worker on another host, else ""."""
+    host = answer.get("host")
+    return f" on host {host}" if isinstance(host, str) and host else ""
 
 
 def assign_suffix(me: str) -> str:
@@ -129,6 +146,7 @@ class OrchestratorTools:
         model: str | None = None,
         engine: str | None = None,
         use_worktree: bool = False,
+        host: str | None = None,
     ) -> Result:
         def fail(text: str, terminal_id: str | None = None) -> Result:
             return {"success": False, "message": text, "output": None, "terminal_id": terminal_id}
@@ -146,6 +164,8 @@ class OrchestratorTools:
             return fail("Handoff failed: message must not be empty")
         if not agent_profile or not agent_profile.strip():
             return fail("Handoff failed: agent_profile must not be empty")
+        if error := bad_host(host):
+            return fail(f"Handoff failed: {error}")
         me, error = self._me()
         if error:
             return fail(f"Handoff failed: {error}")
@@ -166,6 +186,7 @@ class OrchestratorTools:
             "model": model,
             "engine": engine,
             "use_worktree": use_worktree,
+            "host": host,
         }
         started = time.monotonic()
         resp = await self.api.post("/terminals/run-step", json=body, timeout=timeout + HANDOFF_HTTP_MARGIN)
@@ -177,7 +198,7 @@ class OrchestratorTools:
             result = {
                 "success": True,
                 "message": f"Successfully handed off to {agent_profile} "
-                f"({resp.body.get('provider') or 'default provider'}) in {seconds:.2f}s"
+                f"({resp.body.get('provider') or 'default provider'}){host_phrase(resp.body)} in {seconds:.2f}s"
                 f"{on_branch}{engine_sentence(engine, resp.body)}{note}",
                 "output": resp.body.get("last_message"),
                 "terminal_id": resp.body.get("terminal_id"),
@@ -210,6 +231,7 @@ class OrchestratorTools:
         model: str | None = None,
         engine: str | None = None,
         use_worktree: bool = False,
+        host: str | None = None,
     ) -> Result:
         def fail(text: str) -> Result:
             return {"success": False, "terminal_id": None, "message": f"Assignment failed: {text}"}
@@ -226,6 +248,8 @@ class OrchestratorTools:
             return fail("message must not be empty")
         if not agent_profile or not agent_profile.strip():
             return fail("agent_profile must not be empty")
+        if error := bad_host(host):
+            return fail(error)
         caller, error = await self._terminal(me)
         if caller is None:
             return fail(f"cannot look up the calling terminal {me}: {error}")
@@ -239,6 +263,7 @@ class OrchestratorTools:
             "model": model,
             "engine": engine,
             "use_worktree": "true" if use_worktree else None,
+            "host": host,
         }
         resp = await self.api.post(
             f"/sessions/{session}/terminals",
@@ -253,7 +278,8 @@ class OrchestratorTools:
         result = {
             "success": True,
             "terminal_id": worker,
-            "message": f"Task assigned to {agent_profile} (terminal: {worker}). Worker is initializing in "
+            "message": f"Task assigned to {agent_profile} (terminal: {worker}){host_phrase(resp.body)}. "
+            "Worker is initializing in "
             "the background; your task will be delivered once it is ready. Call "
             f"delete_terminal('{worker}') when you no longer need this terminal."
             f"{on_branch}{engine_sentence(engine, resp.body)}{note}",

@@ -59,6 +59,9 @@ class LaunchContext:
     # user's CLI configuration (CODEX_HOME, QWEN_HOME, …) and API keys. Providers read this,
     # never os.environ, so that building a launch is a pure function of its context.
     environ: Mapping[str, str] = field(default_factory=dict)
+    # How the CLI's hooks reach cao-server: "fifo" (the cao home's hook FIFO, this machine) or
+    # "http" (`cao-hook`, for an agent on another host, through its reverse forward).
+    hook_channel: str = "fifo"
 
 
 @dataclass(frozen=True)

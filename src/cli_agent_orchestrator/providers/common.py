@@ -65,6 +65,9 @@ def hook_command(ctx: LaunchContext, event: str) -> str:
     still works: it posts to POST /terminals/{id}/hooks.)"""
     if not _HOOK_EVENT.fullmatch(event) or not re.fullmatch(r"[a-f0-9]{8}", ctx.terminal_id):
         raise ValueError(f"hook event {event!r} of terminal {ctx.terminal_id!r}: not a name cao gives")
+    if ctx.hook_channel == "http":
+        # On another host there is no hook FIFO: cao-hook posts through the host's forward.
+        return shlex.join(["cao-hook", event])
     own = terminal_dir(ctx)
     ack = own / HOOK_ACK_NAME
     if not ack.is_fifo():

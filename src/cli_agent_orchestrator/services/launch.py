@@ -40,6 +40,10 @@ def mcp_server_argv() -> list[str]:
 def write_env_file(path: Path, base: Mapping[str, str], extra: dict[str, str]) -> None:
     """The launch file: `base` (cao-server's environment) minus what describes the server's
     own terminal, plus `extra`."""
+    write_private(path, env_file_text(base, extra))
+
+
+def env_file_text(base: Mapping[str, str], extra: Mapping[str, str]) -> str:
     env = {k: v for k, v in base.items() if k not in _NOT_INHERITED}
     env.update(extra)
     lines = [
@@ -47,7 +51,7 @@ def write_env_file(path: Path, base: Mapping[str, str], extra: dict[str, str]) -
         for k, v in env.items()
         if k and set(k) <= _ENV_NAME_OK and not k[0].isdigit() and "\x00" not in v
     ]
-    write_private(path, "\n".join(lines) + "\n")
+    return "\n".join(lines) + "\n"
 
 
 def env_file(tmp_dir: Path, terminal_id: str) -> Path:

@@ -48,6 +48,7 @@ class StepRequest:
     reuse_terminal_id: str | None = None  # run the turn in this ready terminal; never torn down
     use_worktree: bool = False  # the worker gets its own git worktree on a new branch
     engine: str | None = None  # Kiro CLI's agent engine (ignored for other CLIs)
+    host: str | None = None  # a registered host's name, "local", or None (the placement policy)
     # Told the worker's id as soon as it exists (the workflow journal records it).
     on_terminal: Callable[[str], Awaitable[None]] | None = None
 
@@ -60,6 +61,7 @@ class StepResult:
     elapsed: float
     provider: str = ""
     worktree: Worktree | None = None  # the worker's worktree: its branch, and removed or kept
+    host: str | None = None  # the registered host the worker ran on; None: this machine
 
 
 class OrchestrationService:
@@ -128,6 +130,7 @@ class OrchestrationService:
                 env=req.env,
                 use_worktree=req.use_worktree,
                 engine=req.engine,
+                host=req.host,
             )
         )
         keep = not req.teardown
@@ -146,7 +149,7 @@ class OrchestrationService:
             raise
         worktree = await self._teardown(term.id) if not keep else None
         return StepResult(
-            term.id, reply, "completed", time.monotonic() - started, term.provider, worktree or term.worktree
+            term.id, reply, "completed", time.monotonic() - started, term.provider, worktree or term.worktree, term.host
         )
 
     async def run_turn(self, terminal_id: str, prompt: str, timeout: float) -> str:

@@ -181,6 +181,7 @@ class Store:
                     last_active=now,
                     hook_secret=hook_secret,
                     worktree=_worktree_json(term.worktree),
+                    host=term.host,
                 )
             )
 
@@ -420,6 +421,7 @@ def _terminal(row: Any) -> Terminal:
         created_at=row["created_at"],
         last_active=row["last_active"],
         worktree=_worktree(row["worktree"]),
+        host=row["host"],
     )
 
 

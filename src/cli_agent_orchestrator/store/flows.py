@@ -45,6 +45,7 @@ class FlowTables:
             "provider": spec.provider,
             "script": spec.script,
             "engine": spec.engine,
+            "host": spec.host,
             "timeout": spec.timeout,
             "prompt_template": spec.prompt_template,
             "description": spec.description,
@@ -150,6 +151,7 @@ def _flow(row: Any) -> FlowRecord:
         prompt_template=row["prompt_template"],
         file_path=row["file_path"],
         description=row["description"] or "",
+        host=row["host"],
     )
     return FlowRecord(
         spec=spec,

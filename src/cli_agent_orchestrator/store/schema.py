@@ -43,6 +43,8 @@ terminals = sa.Table(
     sa.Column("hook_secret", sa.String(64)),
     # The worker's own git worktree (use_worktree): {path, branch, repository, base}; NULL = none.
     sa.Column("worktree", sa.JSON),
+    # The registered host it runs on (services/hosts); NULL = this machine.
+    sa.Column("host", sa.Text),
 )
 
 inbox_messages = sa.Table(
@@ -152,6 +154,7 @@ flows = sa.Table(
     sa.Column("provider", sa.String(64)),
     sa.Column("script", sa.Text),  # absolute path of the gate script
     sa.Column("engine", sa.String(16)),
+    sa.Column("host", sa.Text),  # a registered host's name or "local"; NULL = the placement policy
     sa.Column("timeout", sa.Float, nullable=False),
     sa.Column("prompt_template", sa.Text, nullable=False),
     sa.Column("description", sa.Text, nullable=False, server_default=""),
@@ -251,6 +254,11 @@ def _v6_to_v7(conn: sa.Connection) -> None:
     hosts.create(conn, checkfirst=True)
 
 
+def _v7_to_v8(conn: sa.Connection) -> None:
+    _add_missing_column(conn, terminals, terminals.c.host)
+    _add_missing_column(conn, flows, flows.c.host)
+
+
 MIGRATIONS: list[Callable[[sa.Connection], None]] = [
     _v0_to_v1,
     _v1_to_v2,
@@ -259,6 +267,7 @@ MIGRATIONS: list[Callable[[sa.Connection], None]] = [
     _v4_to_v5,
     _v5_to_v6,
     _v6_to_v7,
+    _v7_to_v8,
 ]
 LATEST_VERSION = len(MIGRATIONS)
 

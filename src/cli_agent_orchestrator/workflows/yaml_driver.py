@@ -114,6 +114,7 @@ class YamlDriver:
                 timeout=step.timeout or 600.0,
                 model=step.model,
                 engine=step.engine,
+                host=step.host,
             )
             try:
                 executed = await self.steps.execute(run_id, step.id, generation, request)

@@ -9,12 +9,13 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any
 
+from ..services.hosts.records import NAME_RE as HOST_NAME_RE
 from .yaml_templates import scan
 from .yaml_values import given, is_name, kind, show
 
 MAX_RETRIES, MAX_TIMEOUT_SECONDS, MAX_AGENT_CHARS = 10, 86400, 64
 ON_FAILURE, ENGINES = ("halt", "continue"), ("v2", "kas")
-STEP_FIELDS = ("id", "provider", "agent", "prompt", "retries", "on_failure", "timeout", "model", "engine")
+STEP_FIELDS = ("id", "provider", "agent", "prompt", "retries", "on_failure", "timeout", "model", "engine", "host")
 # Accepted by the grammar now so specs can be written against them; refused at run time.
 RESERVED_STEP_FIELDS = ("when", "until", "max_iterations", "on_stall", "on_no_progress", "output_schema")
 LOOP_FIELDS = ("until", "max_iterations", "on_stall", "on_no_progress")
@@ -34,6 +35,7 @@ class YamlStep:
     timeout: float | None = None
     model: str | None = None
     engine: str | None = None
+    host: str | None = None  # None -> the placement policy
     # reserved fields as written (name → raw value): runnable_problem names the step by them
     reserved: Mapping[str, Any] = field(default_factory=dict)
 
@@ -96,6 +98,11 @@ def check_step(
     engine = raw.get("engine")
     if engine is not None and engine not in ENGINES:
         errors.append(f"{where}: engine must be v2 or kas, not {show(engine)}")
+    # A registered host's name or "local"; whether it is registered is the spawner's question,
+    # asked when the step runs (its 400 fails the attempt).
+    host = raw.get("host")
+    if host is not None and not (isinstance(host, str) and HOST_NAME_RE.fullmatch(host)):
+        errors.append(f"{where}: host must be a registered host's name (`cao host list`) or local, not {show(host)}")
 
     used = {key: raw[key] for key in raw if key in RESERVED_STEP_FIELDS}
     for key in used:
@@ -121,6 +128,7 @@ def check_step(
         timeout=None if timeout is None else float(timeout),
         model=raw.get("model"),
         engine=engine,
+        host=host,
         reserved=MappingProxyType(used),
     )
 

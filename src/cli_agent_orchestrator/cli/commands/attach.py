@@ -56,6 +56,14 @@ def attach(target: str) -> None:
     with client() as api:
         session, window = resolve_target(api, target)
         socket = api.get("/health")["tmux_socket"]
+        # An agent on another host: its tmux is there, reached with the user's own ssh.
+        remote = api.get(f"/terminals/{target}/attach") if TERMINAL_ID_RE.match(target) and window else None
+    if remote is not None and remote.get("host"):
+        if not sys.stdin.isatty():
+            click.echo(remote["command"])
+            raise click.ClickException("cannot attach: stdin is not a terminal; run the command above from a terminal")
+        exec_attach(remote["argv"])
+        return
     command = attach_text(socket, session, window)
     if not sys.stdin.isatty():
         click.echo(command)

@@ -104,6 +104,7 @@ def get(name: str, as_json: bool) -> None:
             ("Time zone", _zone(flow)),
             ("Agent", flow["agent_profile"]),
             ("Provider", flow["provider"] or "(the profile's, else the server's default)"),
+            ("Host", flow.get("host") or "(the placement policy)"),
             ("Gate script", flow["script"]),
             ("Enabled", "yes" if flow["enabled"] else "no"),
             ("Last run", _when(flow["last_run"])),
@@ -237,7 +238,7 @@ def flow() -> None:
     """Scheduled flows: agent sessions cao-server starts on a cron schedule (alias: `cao schedule`).
 
     A flow file is Markdown with YAML frontmatter (name, schedule, agent_profile; optional
-    provider, timezone, script, engine, timeout); its body is the prompt, whose [[var]]
+    provider, timezone, script, engine, host, timeout); its body is the prompt, whose [[var]]
     placeholders the gate script's output fills. Times are in the flow's `timezone`, else the
     server's local zone.
     """

@@ -52,13 +52,18 @@ def list_hosts(as_json: bool) -> None:
     if as_json:
         print_json(hosts)
         return
+    for host in hosts:
+        connection = host.get("connection") or {}
+        host["link"] = connection.get("status", "?") + (f": {connection['reason']}" if connection.get("reason") else "")
     print_table(
         hosts,
         [
             ("name", "NAME"),
             ("ssh", "SSH"),
             ("state", "STATE"),
+            ("agents", "AGENTS"),
             ("max_agents", "MAX AGENTS"),
+            ("link", "CONNECTION"),
             ("identity", "IDENTITY"),
         ],
         empty="No hosts.",

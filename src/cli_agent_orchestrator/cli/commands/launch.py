@@ -34,7 +34,9 @@ def _profile_summary(name: str, provider: str | None, tools: list[str] | None) -
     return f"{name} ({profile.source})", provider or profile.provider or "server default", shown_tools
 
 
-def _confirm(agents: str, provider: str | None, workdir: str, session_name: str | None, tools: list[str]) -> None:
+def _confirm(
+    agents: str, provider: str | None, workdir: str, session_name: str | None, tools: list[str], host: str | None
+) -> None:
     if not sys.stdin.isatty():
         raise click.ClickException(
             "cannot ask for confirmation: stdin is not a terminal. Pass --auto-approve to run with "
@@ -47,6 +49,7 @@ def _confirm(agents: str, provider: str | None, workdir: str, session_name: str 
             ("Profile", profile),
             ("Provider", shown_provider),
             ("Working directory", workdir),
+            ("Host", host or "(the placement policy)"),
             ("Session", session_name or "(new, named by cao)"),
             ("Tools (run without asking)", shown_tools),
             ("Everything else", "refused by the CLI where it can (README: Roles and tools)"),
@@ -123,6 +126,12 @@ def _run_message(api: CaoClient, term: dict[str, Any], message: str, timeout: fl
 @click.option("--engine", type=click.Choice(["v2", "kas"]), default=None, help="Kiro engine (kiro_cli only).")
 @click.option("--model", default=None, help="Model override for the provider.")
 @click.option(
+    "--host",
+    default=None,
+    metavar="NAME",
+    help="Run the agent on this registered host (`cao host list`), or local; default: the placement policy.",
+)
+@click.option(
     "--timeout",
     default=300.0,
     show_default=True,
@@ -144,6 +153,7 @@ def launch(
     env: tuple[str, ...],
     engine: str | None,
     model: str | None,
+    host: str | None,
     timeout: float,
     no_wait: bool,
     as_json: bool,
@@ -164,7 +174,7 @@ def launch(
             "(then `cao attach SESSION` from a terminal)."
         )
     if not (yolo or auto_approve):
-        _confirm(agents, provider, workdir, session_name, tools)
+        _confirm(agents, provider, workdir, session_name, tools, host)
     params = {
         "agent_profile": agents,
         "provider": provider,
@@ -172,6 +182,7 @@ def launch(
         "working_directory": workdir,
         "model": model,
         "engine": engine,
+        "host": host,
         "allowed_tools": ",".join(tools) or None,
         "yolo": str(yolo).lower(),
     }
@@ -180,6 +191,8 @@ def launch(
         term = api.post("/sessions", params=params, json=body, timeout=max(LAUNCH_TIMEOUT, api.timeout))
         socket = api.get("/health")["tmux_socket"]
         ids = [("Session", term["session_name"]), ("Terminal", term["id"])]
+        if term.get("host"):
+            ids.append(("Host", term["host"]))
         if headless:
             ids.append(("Attach", attach_text(socket, term["session_name"])))
         if headless and message and not no_wait:

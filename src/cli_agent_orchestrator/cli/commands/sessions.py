@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import click
 
 from .common import client, json_option, print_fields, print_json, print_table, session_path
@@ -11,9 +13,20 @@ TERMINAL_COLUMNS = [
     ("name", "WINDOW"),
     ("agent_profile", "PROFILE"),
     ("provider", "PROVIDER"),
+    ("host", "HOST"),
     ("status", "STATUS"),
     ("working_directory", "WORKING DIRECTORY"),
 ]
+LOCAL_HOST = "local"  # how a terminal on cao-server's own machine (host null) is shown
+
+
+def host_shown(terminal: dict[str, Any]) -> str:
+    return terminal.get("host") or LOCAL_HOST
+
+
+def terminal_rows(terminals: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Terminals as the tables show them: an agent on this machine is on host `local`."""
+    return [{**t, "host": host_shown(t)} for t in terminals]
 
 
 @click.group()
@@ -55,7 +68,7 @@ def get_session(name: str, as_json: bool) -> None:
         return
     print_fields([("Session", data["session"]["name"]), ("Status", data["session"]["status"])])
     click.echo()
-    print_table(data["terminals"], TERMINAL_COLUMNS, empty="No terminals.")
+    print_table(terminal_rows(data["terminals"]), TERMINAL_COLUMNS, empty="No terminals.")
 
 
 session.add_command(get_session, name="status")

@@ -8,7 +8,7 @@ import sys
 import click
 
 from .common import client, exec_attach, json_option, print_fields, print_json, print_table, terminal_path
-from .sessions import TERMINAL_COLUMNS
+from .sessions import TERMINAL_COLUMNS, host_shown, terminal_rows
 
 
 @click.group()
@@ -25,7 +25,8 @@ def list_terminals(as_json: bool) -> None:
     if as_json:
         print_json(terms)
         return
-    print_table(terms, [("id", "ID"), ("session_name", "SESSION"), *TERMINAL_COLUMNS[1:]], empty="No terminals.")
+    columns = [("id", "ID"), ("session_name", "SESSION"), *TERMINAL_COLUMNS[1:]]
+    print_table(terminal_rows(terms), columns, empty="No terminals.")
 
 
 @terminal.command("status")
@@ -46,6 +47,7 @@ def status(terminal_id: str, as_json: bool) -> None:
             ("Window", term["name"]),
             ("Profile", term["agent_profile"]),
             ("Provider", term["provider"]),
+            ("Host", host_shown(term)),
             ("Model", term.get("model")),
             ("Status", state),
             ("Working directory", term["working_directory"]),

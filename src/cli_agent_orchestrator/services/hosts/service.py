@@ -8,9 +8,14 @@ in records.py, so nothing read back from the registry can become an ssh option.
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping
+from collections import Counter
+from collections.abc import Awaitable, Callable, Coroutine, Mapping
 from pathlib import Path
+from typing import Any
 
+from ...backends.remote_tmux import RemoteTmuxBackend
+from ...backends.ssh_link import OPEN_TIMEOUT_S, SshLink
+from ...bus import EventBus
 from ...errors import Conflict, InvalidInput, NotFound
 from ...providers.registry import get_provider, provider_names
 from ...store import Store
@@ -28,7 +33,7 @@ from .check import (
     ssh_failure,
 )
 from .records import HostRecord, check_identity, check_max_agents, check_name, parse_target
-from .ssh import close_master, control_dir, run_on_host
+from .ssh import SshResult, close_master, control_dir, destination, link_path, run_on_host
 
 log = logging.getLogger(__name__)
 CHECK_TIMEOUT_S = 30.0  # the connection (ConnectTimeout 10s, then the login) and the probe
@@ -40,6 +45,10 @@ class HostService:
         self.store = store
         self.tables = tables
         self.environ = dict(environ)  # ssh's environment: the user's agent socket, locale
+        # Set by the composition root: a host's connection as the terminal backend has it,
+        # and how to end it.
+        self.connection_of: Callable[[str], dict | None] | None = None
+        self.disconnect: Callable[[str], Awaitable[None]] | None = None
 
     async def add(self, name: str, ssh: str, identity: str | None, max_agents: int | None) -> dict:
         record = HostRecord(
@@ -56,10 +65,20 @@ class HostService:
         return added.as_json()
 
     async def list(self) -> list[dict]:
-        return [h.as_json() for h in await self.store.run(self.tables.list_hosts)]
+        load = await self._load()
+        return [self._shown(h, load) for h in await self.store.run(self.tables.list_hosts)]
 
     async def get(self, name: str) -> dict:
-        return (await self._host(name)).as_json()
+        return self._shown(await self._host(name), await self._load())
+
+    async def _load(self) -> Counter[str]:
+        return Counter(t.host for t in await self.store.run(self.store.list_terminals, None) if t.host)
+
+    def _shown(self, host: HostRecord, load: Counter[str]) -> dict:
+        """The record, its live agents, and its connection: `ok`, `down` (with the reason;
+        its agents are unknown while cao reconnects) or `idle` (not connected: no agents yet)."""
+        connection = self.connection_of(host.name) if self.connection_of is not None else None
+        return {**host.as_json(), "agents": load[host.name], "connection": connection or {"status": "idle"}}
 
     async def drain(self, name: str) -> dict:
         """No new agents go to the host; those there keep running."""
@@ -71,12 +90,49 @@ class HostService:
 
     async def remove(self, name: str) -> None:
         host = await self._host(name)
+        running = (await self._load())[name]
+        if running:
+            raise Conflict(
+                f"host {name} runs {running} agent(s): drain it (`cao host drain {name}`) and delete them first"
+            )
+        if self.disconnect is not None:
+            await self.disconnect(name)
         await close_master(host, control_dir(self.tmp_dir), self.environ)
         await self.store.run(self.tables.delete_host, name)
 
     async def check(self, name: str) -> dict:
         host = await self._host(name)
         return (await self._check(host)).as_json()
+
+    def connector(
+        self,
+        bus: EventBus,
+        spawn: Callable[[Coroutine[Any, Any, Any], str], Any],
+        socket_name: str,
+        api_socket: str,
+        token: Callable[[], str],
+        dead_after_s: float,
+    ) -> Callable[[str], Awaitable[RemoteTmuxBackend | None]]:
+        """How the terminal backend gets a registered host's adapter (None: no such host)."""
+
+        async def connect(name: str) -> RemoteTmuxBackend | None:
+            record = await self.store.run(self.tables.get_host, name)
+            if record is None:
+                return None
+            target, port = str(record.target), record.target.port
+            link = SshLink(
+                destination(record),
+                link_path(control_dir(self.tmp_dir), record),
+                self.environ,
+                lambda text: ssh_failure(SshResult(255, "", text), target, port, OPEN_TIMEOUT_S),
+            )
+            # The host's own tmux server, named after this cao home's (a test's simulated hosts
+            # share a machine, and one host may serve several cao homes).
+            return RemoteTmuxBackend(
+                name, link, f"{socket_name}-{name}", bus, api_socket, token, dead_after_s, spawn=spawn
+            )
+
+        return connect
 
     async def stop(self) -> None:
         """End the master connection of every host (each would linger ControlPersist)."""

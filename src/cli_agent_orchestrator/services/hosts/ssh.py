@@ -11,14 +11,13 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
-import os
 import shlex
-import stat
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
 from ...errors import InvalidInput
+from ...private_files import socket_dir
 from .records import HostRecord
 
 SSH = "ssh"
@@ -42,18 +41,11 @@ class SshResult:
 
 
 def control_dir(tmp_dir: Path) -> Path:
-    """`<cao home>/tmp/ssh`, private to the server's user (the sockets there are live logins).
-    A home whose path leaves no room for a socket name uses a private directory in /tmp."""
-    wanted = tmp_dir / "ssh"
-    if len(str(wanted)) + 1 + 12 > MAX_SOCKET_PATH:
-        digest = hashlib.sha256(str(tmp_dir).encode()).hexdigest()[:8]
-        wanted = Path("/tmp") / f"cao-ssh-{os.getuid()}-{digest}"
-    wanted.mkdir(mode=0o700, parents=True, exist_ok=True)
-    info = os.lstat(wanted)
-    if not stat.S_ISDIR(info.st_mode) or info.st_uid != os.getuid():
-        raise InvalidInput(f"{wanted} is not a directory of this user's; remove it to let cao use it")
-    os.chmod(wanted, 0o700)
-    return wanted
+    """`<cao home>/tmp/ssh`, private to the server's user (the sockets there are live logins)."""
+    try:
+        return socket_dir(tmp_dir)
+    except PermissionError as exc:
+        raise InvalidInput(str(exc)) from None
 
 
 def control_path(sockets: Path, host: HostRecord) -> Path:
@@ -61,6 +53,25 @@ def control_path(sockets: Path, host: HostRecord) -> Path:
     connection, so a changed record never reuses another one's login."""
     key = f"{host.name}\0{host.target}\0{host.identity or ''}"
     return sockets / hashlib.sha256(key.encode()).hexdigest()[:12]
+
+
+def destination(host: HostRecord) -> list[str]:
+    """The ssh words that name the host: the record's identity, user and port, then `--` and
+    the host. The agents' long-lived connection (backends/ssh_link.py) adds its own options."""
+    target = host.target
+    argv = ["-o", f"ConnectTimeout={CONNECT_TIMEOUT_S}"]
+    if host.identity:
+        argv += ["-i", host.identity]
+    if target.user:
+        argv += ["-l", target.user]
+    if target.port:
+        argv += ["-p", str(target.port)]
+    return [*argv, "--", target.host]
+
+
+def link_path(sockets: Path, host: HostRecord) -> Path:
+    """The socket of the agents' connection, beside (never the same as) `check`'s master."""
+    return control_path(sockets, host).with_name(control_path(sockets, host).name[:11] + "L")
 
 
 def ssh_argv(host: HostRecord, sockets: Path, *options: str) -> list[str]:

@@ -30,6 +30,7 @@ from ...events import (
     TerminalOutput,
     TerminalRemoved,
     TerminalResized,
+    TerminalUnreachable,
 )
 from ...models import TerminalStatus
 from ...providers.base import Provider, StatusReading
@@ -142,7 +143,16 @@ class StatusMonitor:
             self.forget(event.terminal_id)
             return
         if isinstance(
-            event, (TerminalOutput, InputSubmitted, TerminalExited, TerminalResized, ScreenSnapshot, HookReceived)
+            event,
+            (
+                TerminalOutput,
+                InputSubmitted,
+                TerminalExited,
+                TerminalResized,
+                ScreenSnapshot,
+                HookReceived,
+                TerminalUnreachable,
+            ),
         ):
             term.queue.append(event)
             if isinstance(event, TerminalOutput):
@@ -197,6 +207,18 @@ class StatusMonitor:
             self.on_snapshot(event)
         elif isinstance(event, HookReceived):
             await self.on_hook(event.terminal_id, event.event, event.payload)
+        elif isinstance(event, TerminalUnreachable):
+            await self.on_unreachable(event)
+
+    async def on_unreachable(self, event: TerminalUnreachable) -> None:
+        """Its host dropped: nothing is known until the connection is back; then the screen,
+        re-read from tmux, decides once even where hooks normally do (hooks sent meanwhile
+        could not arrive)."""
+        term = self._terms.get(event.terminal_id)
+        if term is None or term.exited:
+            return
+        term.reread = True
+        await self._publish(event.terminal_id, term, TerminalStatus.UNKNOWN, "host", event.reason)
 
     def on_snapshot(self, event: ScreenSnapshot) -> None:
         term = self._terms.get(event.terminal_id)
@@ -235,7 +257,9 @@ class StatusMonitor:
         if term is None or term.exited:
             return
         term.exited = True
-        if event.window_gone:
+        if event.reason:
+            reason = event.reason
+        elif event.window_gone:
             reason = "the agent's tmux window was closed"
         else:
             reason = f"the agent process exited (code {event.exit_code})"
@@ -259,6 +283,14 @@ class StatusMonitor:
             term.composer_has_text = reading.composer_has_text
             self.bus.publish(ComposerChanged(terminal_id, reading.composer_has_text))
         new = reading.status
+        if term.reread:
+            # Back from an unreachable host: the screen as it is now is the status.
+            if new == TerminalStatus.UNKNOWN:
+                return
+            term.reread = False
+            term.phase = SETTLED
+            await self._publish(terminal_id, term, new, "screen", reading.reason, force=True)
+            return
         held = self._held.get(terminal_id)
         if held is not None and new not in (TerminalStatus.PROCESSING, TerminalStatus.UNKNOWN):
             await self._release_held(terminal_id, held[0])  # the screen caught up with the hook

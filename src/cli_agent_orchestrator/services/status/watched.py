@@ -54,6 +54,7 @@ class WatchedTerminal:
     phase: str = SETTLED
     dirty: bool = False
     exited: bool = False
+    reread: bool = False  # its host was unreachable: the next screen reading decides, once
     composer_has_text: bool = False
     status_at_submit: TerminalStatus = TerminalStatus.UNKNOWN
     upper_at_submit: tuple[str, ...] = ()

@@ -17,11 +17,27 @@ MarkGone = Callable[[str, str], Awaitable[None]]
 
 
 async def adopt_survivors(store: Store, backend: TerminalBackend, monitor: StatusMonitor, mark_gone: MarkGone) -> dict:
-    """Re-attach to terminals that survived a server restart; mark the others gone."""
+    """Re-attach to terminals that survived a server restart; mark the others gone. Terminals
+    on a host that cannot be reached now are watched as unknown and adopted when it is."""
+    terms = await store.run(store.list_terminals, None)
+    unreachable = {}
+    for host in sorted({t.host for t in terms if t.host}):
+        why = await backend.reach(host)
+        if why is not None:
+            unreachable[host] = why
     windows = {w.window_id: w for w in await backend.list_windows()}
-    adopted, gone = [], []
-    for term in await store.run(store.list_terminals, None):
+    adopted, gone, waiting = [], [], []
+    for term in terms:
         window_id = await store.run(store.window_id, term.id)
+        if term.host in unreachable and window_id:
+            monitor.watch(term.id, get_provider(term.provider))
+            if backend.adopt_later(term.host, term.id, window_id, unreachable[term.host]):
+                waiting.append(term.id)
+                continue
+            monitor.forget(term.id)
+            await mark_gone(term.id, unreachable[term.host])
+            gone.append(term.id)
+            continue
         info = windows.get(window_id or "")
         if info is None or info.session_name != term.session_name and info.session_name != "_cao_monitor":
             await mark_gone(term.id, "tmux window disappeared while cao-server was down")
@@ -37,4 +53,4 @@ async def adopt_survivors(store: Store, backend: TerminalBackend, monitor: Statu
         else:
             monitor.resync(term.id)
         adopted.append(term.id)
-    return {"adopted": adopted, "gone": gone}
+    return {"adopted": adopted, "gone": gone, "waiting": waiting}

@@ -39,6 +39,7 @@ async def save_scrollback(backend: TerminalBackend, logs_dir: Path, term: Termin
         "working_directory": term.working_directory,
         "allowed_tools": term.allowed_tools,
         "caller_id": term.caller_id,
+        "host": term.host,
     }
     write_private(logs / f"{term.id}.snapshot.json", json.dumps(snapshot, indent=2))
 

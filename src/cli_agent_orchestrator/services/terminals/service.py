@@ -10,6 +10,7 @@ import builtins
 import hmac
 import logging
 import os
+import shlex
 import shutil
 from collections.abc import Mapping
 
@@ -102,15 +103,20 @@ class TerminalService:
 
     # --- creating ---------------------------------------------------------------
     async def create(self, req: CreateRequest) -> Terminal:
-        profile, provider_name = await self._spawner.resolve(req)
+        profile, provider_name, host = await self._spawner.resolve(req)
         if req.caller_id is not None:
             check_terminal_id(req.caller_id)
-        workdir = await self._default_workdir(req)
+        if host is not None:
+            if req.use_worktree:
+                raise InvalidInput(f"use_worktree is not available for agents on another host ({host}) yet")
+            workdir = await self._host_workdir(req, host)
+        else:
+            workdir = await self._default_workdir(req)
         terminal_id, worktree = new_terminal_id(), None
         if req.use_worktree:
             worktree, workdir = await self.worktrees.create(workdir, terminal_id, profile.name)
         try:
-            term = await self._spawner.spawn(req, profile, provider_name, workdir, terminal_id, worktree)
+            term = await self._spawner.spawn(req, profile, provider_name, workdir, terminal_id, worktree, host)
         except BaseException:
             if worktree is not None:  # nothing half-created: not its worktree or branch either
                 await self.worktrees.release(worktree, discard=True)
@@ -121,6 +127,18 @@ class TerminalService:
         if req.wait_ready:
             await self.wait_until_ready(term.id)
         return await self.get(term.id)
+
+    async def _host_workdir(self, req: CreateRequest, host: str) -> str:
+        if req.working_directory is None and req.caller_id is not None:
+            caller = await self.store.run(self.store.get_terminal, req.caller_id)
+            if caller is not None and caller.host == host:
+                try:  # beside its caller on the same host: where the caller works now
+                    live = await self.backend.current_path(await self.window(req.caller_id))
+                    if live:
+                        return await self._spawner.remote_workdir(live, host)
+                except (NotFound, AgentExited, InvalidInput):
+                    pass
+        return await self._spawner.remote_workdir(req.working_directory, host)
 
     async def _default_workdir(self, req: CreateRequest) -> str:
         if req.working_directory is None and req.caller_id is not None:
@@ -264,6 +282,11 @@ class TerminalService:
             raise Conflict(f"terminal {terminal_id} has no reply to extract yet (status {term.status})")
         return reply
 
+    async def attach(self, terminal_id: str) -> dict:
+        term = await self.get(terminal_id)
+        argv = self.backend.attach_command(term.session_name, term.host)
+        return {"terminal_id": term.id, "host": term.host, "argv": argv, "command": shlex.join(argv)}
+
     async def working_directory(self, terminal_id: str) -> str | None:
         return await self.backend.current_path(await self.window(terminal_id))
 
@@ -282,7 +305,7 @@ class TerminalService:
         if window_id and not term.gone:
             await self.backend.kill_window(window_id)
         await self.store.run(self.store.delete_terminal, terminal_id)
-        self._remove_files(terminal_id)
+        self._remove_files(terminal_id, term.host)
         self.typing.forget(terminal_id)
         self.bus.publish(TerminalRemoved(terminal_id, "deleted"))
         if term.worktree is None:
@@ -292,11 +315,13 @@ class TerminalService:
         note_worktree(self.settings.terminal_logs_dir, terminal_id, released)
         return released
 
-    def _remove_files(self, terminal_id: str) -> None:
+    def _remove_files(self, terminal_id: str, host: str | None = None) -> None:
         # Generated per-terminal files (launch scripts, settings, the env file) may hold
-        # the system prompt or secrets: they go with the terminal.
+        # the system prompt or secrets: they go with the terminal, here and on its host.
         shutil.rmtree(self.settings.tmp_dir / terminal_id, ignore_errors=True)
         self._spawner.launch_done(terminal_id)
+        if host is not None:
+            self.tasks.spawn(self.backend.remove_files(host, f"tmp/{terminal_id}"), f"remove-files:{terminal_id}")
 
     async def restore(self, terminal_id: str) -> dict:
         """Show a deleted terminal's saved scrollback again, in a plain window. Asked
@@ -311,15 +336,16 @@ class TerminalService:
         return await adopt_survivors(self.store, self.backend, self.monitor, self._mark_gone)
 
     async def on_backend_lost(self, event: Event) -> None:
-        """The tmux server ended: every agent it ran is gone, and says why."""
+        """A tmux server ended: every agent it ran (this machine's, or one host's) is gone, and says why."""
         assert isinstance(event, BackendLost)
         for term in await self.store.run(self.store.list_terminals, None):
-            await self._mark_gone(term.id, event.reason)
+            if term.host == event.host:
+                await self._mark_gone(term.id, event.reason, term.host)
 
-    async def _mark_gone(self, terminal_id: str, reason: str) -> None:
+    async def _mark_gone(self, terminal_id: str, reason: str, host: str | None = None) -> None:
         await self.store.run(self.store.mark_gone, terminal_id, reason)
         await self.backend.unwatch(terminal_id)
-        self._remove_files(terminal_id)
+        self._remove_files(terminal_id, host)
         self.typing.forget(terminal_id)
         self.bus.publish(TerminalRemoved(terminal_id, reason))
 

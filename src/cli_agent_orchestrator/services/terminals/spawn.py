@@ -15,19 +15,23 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
-from ...backends.base import TerminalBackend
+from ...backends.base import HostPlace, TerminalBackend
 from ...errors import InvalidInput, NotFound
 from ...models import MODEL_RE, SAFE_NAME_RE, Terminal, Worktree
 from ...profiles import AgentProfile, load_profile
-from ...providers.base import LaunchContext, Provider
+from ...providers.base import Launch, LaunchContext, Provider
 from ...providers.registry import get_provider
 from ...settings import Settings
 from ...store import Store
+from ...store.hosts import HostTables
 from ...tool_policy import ToolSet, resolve_tools
-from ..launch import env_file, mcp_server_argv, pane_command, write_env_file
+from ..hosts.placement import LOCAL, choose
+from ..hosts.records import check_name
+from ..launch import env_file, env_file_text, mcp_server_argv, pane_command, write_env_file
 from ..status.monitor import StatusMonitor
 from .engines import check_engine, requested_engine
 from .names import check_terminal_id, normalise_session_name
+from .relocate import relocated
 
 log = logging.getLogger(__name__)
 
@@ -53,6 +57,9 @@ class CreateRequest:
     env: dict[str, str] | None = None
     # The requester's variables for the agent (`env_vars`, `cao launch --env`): checked, never stored.
     env_vars: dict[str, str] | None = None
+    # Where the agent runs: a registered host's name, "local", or None (the placement policy,
+    # services/hosts/placement.py; a profile's `host` field comes before the policy).
+    host: str | None = None
 
 
 MAX_ENV_VARS, MAX_ENV_VALUE = 64, 32 * 1024
@@ -98,6 +105,16 @@ def checked_working_directory(path: str | None) -> str:
     return str(resolved)
 
 
+LAUNCH_FILE_NAME = "launch.env"
+
+
+def host_environ(place: HostPlace) -> dict[str, str]:
+    """What an agent on a host knows of cao: the server through the host's forward, and the
+    host's cao home (which holds the token). Nothing of cao-server's own environment goes
+    there: the host's login environment is the agent's."""
+    return {"CAO_API_HOST": "127.0.0.1", "CAO_API_PORT": str(place.api_port), "CAO_HOME_DIR": place.cao_home}
+
+
 def new_terminal_id() -> str:
     return secrets.token_hex(4)
 
@@ -119,21 +136,26 @@ class Spawner:
         self.backend = backend
         self.monitor = monitor
         self.environ = environ
+        self.host_tables = HostTables(store.engine)
         self._session_lock = asyncio.Lock()
         # Until its agent is ready: what a terminal's fallback launch needs (its provider,
         # launch context and environment; secrets included, so kept in memory only).
         self._fallbacks: dict[str, tuple[Provider, LaunchContext, dict[str, str]]] = {}
         self.starting: set[str] = set()  # terminals whose launch file may still be read
 
-    async def resolve(self, req: CreateRequest) -> tuple[AgentProfile, str]:
-        """The profile, and the provider: the request's, else the profile's, else the caller's
+    async def resolve(self, req: CreateRequest) -> tuple[AgentProfile, str, str | None]:
+        """The profile; the provider: the request's, else the profile's, else the caller's
         (a worker runs where its supervisor runs: the server-wide default may be a CLI that is
-        not installed), else the default (CAO_DEFAULT_PROVIDER)."""
+        not installed), else the default (CAO_DEFAULT_PROVIDER); and the host (placement.py),
+        None for this machine."""
         profile = load_profile(self.settings.home_dir, req.agent_profile, self.environ)
         provider = req.provider or profile.provider
-        if not provider and req.caller_id is not None:
+        caller = None
+        if req.caller_id is not None:
             caller = await self.store.run(self.store.get_terminal, check_terminal_id(req.caller_id))
-            provider = caller.provider if caller is not None else None
+        if not provider and caller is not None:
+            provider = caller.provider
+        host = await self.place(req.host or profile.host, caller.host if caller is not None else None)
         by_default = not provider
         provider = provider or self.settings.default_provider
         # Before the CLI's binary is looked for: a refused engine is the answer even where Kiro is absent.
@@ -142,6 +164,10 @@ class Spawner:
             log.info("%s", ignored)
         try:
             spec = get_provider(provider)  # unknown provider → 400 before anything is allocated
+            if host is not None:  # its CLI is on the host (`cao host check` says), not here
+                self.tool_set(req, profile)
+                checked_env_vars(req.env_vars)
+                return profile, provider, host
             # e.g. Kiro's agent file is missing; may run the CLI's --help, so off the event loop
             unready = await asyncio.to_thread(spec.preflight, profile.name, self.environ)
             if unready and not by_default:
@@ -170,7 +196,26 @@ class Spawner:
             raise InvalidInput(f"invalid model {req.model!r}: up to 128 of [A-Za-z0-9._:/-]")
         self.tool_set(req, profile)  # an unknown role or tool → 400 before anything is allocated
         checked_env_vars(req.env_vars)
-        return profile, provider
+        return profile, provider, host
+
+    async def place(self, requested: str | None, caller_host: str | None) -> str | None:
+        if requested is not None and requested != LOCAL:
+            check_name(requested)
+        if requested == LOCAL or (requested is None and caller_host is None and self.settings.placement == LOCAL):
+            return None  # the common case reads nothing
+        hosts = await self.store.run(self.host_tables.list_hosts)
+        live = [t.host for t in await self.store.run(self.store.list_terminals, None)]
+        return choose(requested, caller_host, hosts, live, self.settings.placement)
+
+    async def remote_workdir(self, path: str | None, host: str) -> str:
+        """A working directory on the host: absolute and existing there; default the user's home."""
+        if path is None:
+            return (await self.backend.place(host)).home
+        if len(path) > MAX_PATH_CHARS or "\x00" in path or not path.startswith("/"):
+            raise InvalidInput(f"working directory on host {host} must be an absolute path, got {path[:200]!r}")
+        if not await self.backend.is_dir(host, path):
+            raise InvalidInput(f"working directory {path[:200]!r} does not exist on host {host}")
+        return path
 
     def tool_set(self, req: CreateRequest, profile: AgentProfile) -> ToolSet:
         """The request's tools, else the profile's allowedTools, else its role's defaults."""
@@ -185,15 +230,17 @@ class Spawner:
         workdir: str,
         terminal_id: str | None = None,
         worktree: Worktree | None = None,
+        host: str | None = None,
     ) -> Terminal:
-        """Launch the agent in a new tmux window; the terminal is watched from its first byte.
-        Its launch file stays until `launch_done` (the caller waits for the agent first)."""
+        """Launch the agent in a new tmux window, here or on `host`; the terminal is watched from
+        its first byte. Its launch file stays until `launch_done` (the caller waits for the agent first)."""
         provider = get_provider(provider_name)
         tools = self.tool_set(req, profile)
         terminal_id = terminal_id or new_terminal_id()
         window_name = (
             f"{profile.name if SAFE_NAME_RE.match(profile.name) else req.agent_profile}-{secrets.token_hex(2)}"
         )
+        place = await self.backend.place(host) if host is not None else None
         async with self._session_lock:
             session = normalise_session_name(req.session_name)
             exists = await self.backend.session_exists(session)
@@ -210,9 +257,11 @@ class Spawner:
                 model=req.model or profile.model,
                 allowed_tools=tools.tools,
                 yolo=req.yolo,
-                mcp_server_argv=mcp_server_argv(),
+                # On a host: its own cao-mcp-server (on its PATH), and the host's view of cao.
+                mcp_server_argv=mcp_server_argv() if place is None else ["cao-mcp-server"],
                 profile_extra=profile.frontmatter,
-                environ=self.environ,
+                environ=self.environ if place is None else host_environ(place),
+                hook_channel="fifo" if place is None else "http",
             )
             hook_secret = secrets.token_urlsafe(24)
             launch_file = env_file(self.settings.tmp_dir, terminal_id)
@@ -227,6 +276,7 @@ class Spawner:
                 model=ctx.model,
                 allowed_tools=ctx.allowed_tools,
                 worktree=worktree,
+                host=host,
             )
             self.starting.add(terminal_id)
             created = False
@@ -238,14 +288,19 @@ class Spawner:
                     "CAO_TERMINAL_ID": terminal_id,
                     HOOK_SECRET_ENV: hook_secret,
                 }
-                write_env_file(launch_file, self.environ, {**agent_env, **launch.env})
-                if provider.fallback_launch is not None:
-                    self._fallbacks[terminal_id] = (provider, ctx, agent_env)
+                if place is None:
+                    write_env_file(launch_file, self.environ, {**agent_env, **launch.env})
+                    command = pane_command(launch_file, launch)
+                    if provider.fallback_launch is not None:
+                        self._fallbacks[terminal_id] = (provider, ctx, agent_env)
+                else:
+                    assert host is not None
+                    command = await self._stage_on_host(host, place, ctx, {**agent_env, **launch.env}, launch)
                 await self.store.run(self.store.add_terminal, term, None, hook_secret)
                 self.monitor.watch(terminal_id, provider)
                 try:
                     ref = await self.backend.create_window(
-                        terminal_id, session, window_name, workdir, pane_command(launch_file, launch), req.new_session
+                        terminal_id, session, window_name, workdir, command, req.new_session, host=host
                     )
                 except BaseException:
                     self.monitor.forget(terminal_id)
@@ -257,7 +312,23 @@ class Spawner:
                 if not created:  # nothing of a failed start stays behind: not its secrets either
                     self.launch_done(terminal_id)
                     shutil.rmtree(self.settings.tmp_dir / terminal_id, ignore_errors=True)
+                    if host is not None:
+                        await self.backend.remove_files(host, f"tmp/{terminal_id}")
         return term
+
+    async def _stage_on_host(
+        self, host: str, place: HostPlace, ctx: LaunchContext, env: dict[str, str], launch: Launch
+    ) -> str:
+        """Carry what the provider wrote for the terminal (here, under the cao home) to the host's
+        cao home, with every path into it rewritten; the launch file goes there too. The shell
+        line that starts the agent there."""
+        here = self.settings.tmp_dir / ctx.terminal_id
+        there = f"{place.cao_home}/tmp/{ctx.terminal_id}"
+        files, executable, moved = relocated(here, str(here), there, launch, {**host_environ(place), **env})
+        files[LAUNCH_FILE_NAME] = env_file_text({}, moved.env_all).encode()
+        where = await self.backend.put_files(host, f"tmp/{ctx.terminal_id}", files, executable)
+        shutil.rmtree(here, ignore_errors=True)  # the host has them now; nothing stays here
+        return pane_command(Path(f"{where}/{LAUNCH_FILE_NAME}"), moved.launch)
 
     async def fall_back(self, terminal_id: str, window_id: str, workdir: str) -> list[str] | None:
         """Start the provider's fallback launch in place of an agent that did not become ready
