@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import os
 import pwd
+import secrets
 import shutil
 import signal
 import socket
@@ -37,11 +38,16 @@ def keygen(path: Path) -> None:
 
 
 class Sshd:
-    """A private sshd on 127.0.0.1:port that takes one client key."""
+    """A private sshd on address:port (loopback unless given; inside network namespace
+    `netns` if given) that takes one client key."""
 
-    def __init__(self, root: Path, allow_users: tuple[str, ...] = ()):
+    def __init__(
+        self, root: Path, allow_users: tuple[str, ...] = (), address: str = "127.0.0.1", netns: str | None = None
+    ):
         self.root = root
         self.allow_users = allow_users
+        self.address = address
+        self.netns = netns
         self.port = free_port()
         self.host_key = root / "host_key"
         self.client_key = root / "client_key"
@@ -57,7 +63,10 @@ class Sshd:
             "\n".join(
                 [
                     f"Port {self.port}",
-                    "ListenAddress 127.0.0.1",
+                    f"ListenAddress {self.address}",
+                    # A client gone silent (a cut network) is dropped, and its forwards with it.
+                    "ClientAliveInterval 5",
+                    "ClientAliveCountMax 3",
                     f"HostKey {self.host_key}",
                     f"PidFile {self.root / 'sshd.pid'}",
                     # sshd reads the file as the user who logs in: a host user (test_remote_hosts)
@@ -82,7 +91,9 @@ class Sshd:
         accepted before a stop live on (sshd's children), as after a real sshd restart."""
         log = open(self.root / "sshd.log", "ab")
         config = self.root / "sshd_config"
-        self.proc = subprocess.Popen([str(SSHD), "-D", "-e", "-f", str(config)], stdout=log, stderr=subprocess.STDOUT)
+        enter = ["nsenter", f"--net=/run/netns/{self.netns}"] if self.netns else []  # nsenter execs: same pid
+        argv = [*enter, str(SSHD), "-D", "-e", "-f", str(config)]
+        self.proc = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT)
         wait_until(self._listening, timeout=10, message="sshd listening")
         return self
 
@@ -90,20 +101,63 @@ class Sshd:
         if self.proc is not None and self.proc.poll() is not None:
             raise AssertionError(f"sshd exited: {(self.root / 'sshd.log').read_text()[-2000:]}")
         try:
-            socket.create_connection(("127.0.0.1", self.port), timeout=1).close()
+            socket.create_connection((self.address, self.port), timeout=1).close()
             return True
         except OSError:
             return False
 
     def known_hosts_line(self) -> str:
         kind, key = (self.root / "host_key.pub").read_text().split()[:2]
-        return f"[127.0.0.1]:{self.port} {kind} {key}\n"
+        return f"[{self.address}]:{self.port} {kind} {key}\n"
 
     def stop(self) -> None:
         if self.proc is not None and self.proc.poll() is None:
             self.proc.send_signal(signal.SIGTERM)
             self.proc.wait(10)
         self.proc = None
+
+
+class Netns:
+    """A network namespace joined to this one by a veth pair: this side `.outside`, the
+    namespace's side `.inside`, on a random 10.231.x.y/30. `cut()` / `mend()` take this
+    side's link down and up: packets are dropped, no connection is closed (a network cut)."""
+
+    def __init__(self) -> None:
+        tag = secrets.token_hex(3)
+        self.name, self.veth, self.peer = f"cao-{tag}", f"vc{tag}", f"vn{tag}"
+        base = 4 * secrets.randbelow(16383)  # a /30 in 10.231.0.0/16
+        self.outside = f"10.231.{base // 256}.{base % 256 + 1}"
+        self.inside = f"10.231.{base // 256}.{base % 256 + 2}"
+        self.made = False
+
+    def create(self) -> Netns:
+        for argv in (
+            ["ip", "netns", "add", self.name],
+            ["ip", "link", "add", self.veth, "type", "veth", "peer", "name", self.peer],
+            ["ip", "link", "set", self.peer, "netns", self.name],
+            ["ip", "addr", "add", f"{self.outside}/30", "dev", self.veth],
+            ["ip", "link", "set", self.veth, "up"],
+            ["ip", "-n", self.name, "addr", "add", f"{self.inside}/30", "dev", self.peer],
+            ["ip", "-n", self.name, "link", "set", self.peer, "up"],
+            ["ip", "-n", self.name, "link", "set", "lo", "up"],
+        ):
+            done = subprocess.run(argv, capture_output=True, text=True)
+            if done.returncode != 0:
+                self.remove()
+                cannot_run(f"cannot make a network namespace ({' '.join(argv)}): {done.stderr.strip()}")
+            self.made = True
+        return self
+
+    def cut(self) -> None:
+        subprocess.run(["ip", "link", "set", self.veth, "down"], check=True)
+
+    def mend(self) -> None:
+        subprocess.run(["ip", "link", "set", self.veth, "up"], check=True)
+
+    def remove(self) -> None:
+        if self.made:
+            subprocess.run(["ip", "link", "del", self.veth], capture_output=True)  # its peer goes too
+            subprocess.run(["ip", "netns", "del", self.name], capture_output=True)
 
 
 class SshHomeServer(CaoServer):

@@ -373,6 +373,7 @@ NOT_FOR_PLUGINS = {
     "TerminalResized",
     "ComposerChanged",
     "TerminalExited",
+    "TerminalUnreachable",  # its effect reaches plugins as the status change it causes
     "InputSubmitted",
     "HookReceived",
     "BackendLost",

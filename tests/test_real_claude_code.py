@@ -325,7 +325,7 @@ def test_crash_and_hang_at_start_fail_the_create_and_leave_nothing(tmp_path: Pat
     cao = CaoServer(tmp_path / "cao", extra).start()
     try:
         # Only "exited" for the crash: its last screen and exit code can lose the race with the
-        # pane's death in the shared backend (seen: "code None", an empty last screen).
+        # pane's death in the shared backend (seen: no exit code from tmux, an empty last screen).
         for name, code, words in (
             ("crash", 502, ["claude_code agent failed to start", "exited"]),
             ("hang", 504, ["did not become ready within 5s", "Unexpected question"]),

@@ -441,7 +441,13 @@ def test_crash_at_start_fails_the_create_and_leaves_nothing(cli: NodeCli, tmp_pa
         detail = resp.json()["detail"]
         assert detail["kind"] == "error", detail
         assert detail["message"].startswith(f"{cli.provider} agent failed to start: "), detail
-        assert "the agent process exited (code 3)" in detail["message"], detail
+        # The code as tmux reports it; tmux 3.3a sometimes never learns the code of a process
+        # that exits at once (measured: asked again over 3.5 s, it still has none), and then
+        # cao says so rather than inventing one.
+        assert (
+            "the agent process exited (code 3)" in detail["message"]
+            or "the agent process exited (tmux did not learn its exit code)" in detail["message"]
+        ), detail
         assert server.client.get("/terminals").json() == []
     finally:
         server.cleanup()

@@ -24,7 +24,7 @@ from pathlib import Path
 
 import pytest
 from conftest import wait_until
-from ssh_support import Sshd, cannot_run, ssh_cao_running, sshd_running
+from ssh_support import Netns, Sshd, cannot_run, ssh_cao_running, sshd_running
 
 MOCK = {"provider": "mock_cli"}
 
@@ -60,12 +60,16 @@ class HostUser:
     def run(self, *argv: str) -> subprocess.CompletedProcess:
         return subprocess.run(["runuser", "-u", self.name, "--", *argv], capture_output=True, text=True, timeout=30)
 
+    def kill_tmux(self, socket_name: str) -> None:
+        """End a tmux server cao started for this login (and its agents)."""
+        self.run("tmux", "-L", socket_name, "kill-server")
+        Path(f"/tmp/tmux-{os.getuid()}/{socket_name}").unlink(missing_ok=True)  # tmux leaves the file
+
     def remove(self, tmux_sockets: list[str]) -> None:
         if not self.made:
             return
-        for socket_name in tmux_sockets:  # the tmux servers cao started there (and their agents)
-            self.run("tmux", "-L", socket_name, "kill-server")
-            Path(f"/tmp/tmux-0/{socket_name}").unlink(missing_ok=True)  # tmux leaves the file
+        for socket_name in tmux_sockets:
+            self.kill_tmux(socket_name)
         # -f: the login shares uid 0, so userdel would otherwise refuse ("used by process 1").
         gone = subprocess.run(["userdel", "-f", self.name], capture_output=True, text=True)
         assert gone.returncode == 0, gone.stderr
@@ -116,7 +120,7 @@ def hosted(tmp_path, sshd, users):
         yield server
     finally:
         for name, user in (("b", b), ("c", c)):
-            user.run("tmux", "-L", f"{local_socket}-{name}", "kill-server")
+            user.kill_tmux(f"{local_socket}-{name}")
         next(gen, None)
 
 
@@ -425,7 +429,7 @@ def test_a_restart_while_a_host_is_down_adopts_its_agents_when_it_is_back(hosted
         hosted.wait_status(tid, "completed", timeout=30)
     finally:
         lone.stop()
-        b.run("tmux", "-L", f"{hosted.local_socket}-d", "kill-server")
+        b.kill_tmux(f"{hosted.local_socket}-d")
 
 
 def test_a_host_that_stays_unreachable_has_its_agents_marked_gone(hosted, tmp_path, users):
@@ -457,7 +461,7 @@ def test_a_host_that_stays_unreachable_has_its_agents_marked_gone(hosted, tmp_pa
         assert again.status_code == 503 and "host d unreachable" in again.json()["detail"], again.text
     finally:
         lone.stop()
-        b.run("tmux", "-L", f"{hosted.local_socket}-d", "kill-server")
+        b.kill_tmux(f"{hosted.local_socket}-d")
 
 
 def test_placement_honours_drain_and_max_agents_and_hosts_show_their_load(hosted, sshd, users):
@@ -483,7 +487,7 @@ def test_placement_honours_drain_and_max_agents_and_hosts_show_their_load(hosted
     drained = hosted.client.post("/sessions", params={"agent_profile": "developer", **MOCK, "host": "e"})
     assert drained.status_code == 400 and "draining" in drained.json()["detail"]
     assert hosted.client.delete("/hosts/e").status_code == 200
-    c.run("tmux", "-L", f"{hosted.local_socket}-e", "kill-server")
+    c.kill_tmux(f"{hosted.local_socket}-e")
 
 
 def test_a_host_whose_tmux_server_ends_loses_its_agents_and_only_those(hosted):
@@ -493,7 +497,7 @@ def test_a_host_whose_tmux_server_ends_loses_its_agents_and_only_those(hosted):
     assert here.status_code == 201 and there.status_code == 201, (here.text, there.text)
     local_id, remote_id = here.json()["id"], there.json()["id"]
     hosted.wait_status(remote_id, "idle", timeout=30)
-    hosted.users["b"].run("tmux", "-L", f"{hosted.local_socket}-b", "kill-server")
+    hosted.users["b"].kill_tmux(f"{hosted.local_socket}-b")
     gone = wait_until(
         lambda: (t := hosted.client.get(f"/terminals/{remote_id}").json())["gone"] and t, 20, message="b's agent gone"
     )
@@ -503,3 +507,53 @@ def test_a_host_whose_tmux_server_ends_loses_its_agents_and_only_those(hosted):
     again = hosted.client.post("/sessions", params={"agent_profile": "developer", **MOCK, "host": "b"})
     assert again.status_code == 201, again.text
     hosted.wait_status(again.json()["id"], "idle", timeout=30)
+
+
+def test_a_network_cut_holds_messages_until_the_host_is_back(hosted, tmp_path, users):
+    """Host n is in a network namespace of its own behind a veth link. Taking the link down
+    drops packets and closes nothing: cao learns of it from ssh's keep-alives (≤ 20 s), the
+    agent turns unknown, a message sent to it meanwhile waits, and once the link is back the
+    agent is re-adopted and gets the message exactly once."""
+    (b, _c), _sockets = users
+    if shutil.which("nsenter") is None:
+        cannot_run("nsenter is missing")
+    ns = Netns().create()
+    root = tmp_path / "nsd"
+    root.mkdir()
+    far = Sshd(root, (b.name,), address=ns.inside, netns=ns.name)
+    try:
+        far.start()
+        b.authorize(far.client_key.with_suffix(".pub"))
+        with open(hosted.dot_ssh / "known_hosts", "a") as fh:
+            fh.write(far.known_hosts_line())
+        body = {"name": "n", "ssh": f"{b.name}@{ns.inside}:{far.port}", "identity": str(far.client_key)}
+        assert hosted.client.post("/hosts", json=body).status_code == 201
+        resp = hosted.client.post("/sessions", params={"agent_profile": "developer", **MOCK, "host": "n"})
+        assert resp.status_code == 201, resp.text
+        tid = resp.json()["id"]
+        hosted.wait_status(tid, "idle", timeout=30)
+
+        ns.cut()
+        cut = wait_until(
+            lambda: (t := hosted.client.get(f"/terminals/{tid}").json())["status"] == "unknown" and t,
+            45,
+            message="the agent unknown after the cut",
+        )
+        assert "host n unreachable" in cut["status_reason"], cut
+        sent = hosted.client.post(
+            f"/terminals/{tid}/inbox/messages", json={"sender_id": "cafecafe", "message": "while you were away"}
+        )
+        assert sent.status_code == 200, sent.text
+        time.sleep(3)
+        assert [m["status"] for m in inbox_of(hosted, tid)] == ["pending"]
+
+        ns.mend()
+        wait_until(lambda: [m["status"] for m in inbox_of(hosted, tid)] == ["delivered"], 90, message="delivered")
+        hosted.wait_status(tid, "completed", timeout=30)
+        history = hosted.client.get(f"/terminals/{tid}/output").json()["output"]
+        assert history.count("MOCK: while you were away") == 1, history[-2000:]
+        assert hosted.client.get("/hosts/n").json()["connection"]["status"] == "ok"
+    finally:
+        far.stop()
+        ns.remove()
+        b.kill_tmux(f"{hosted.local_socket}-n")

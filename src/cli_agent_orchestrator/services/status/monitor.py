@@ -261,6 +261,10 @@ class StatusMonitor:
             reason = event.reason
         elif event.window_gone:
             reason = "the agent's tmux window was closed"
+        elif event.exit_code is None:
+            # tmux 3.3a sometimes marks a pane dead and never learns its exit status (seen for
+            # processes that exit at once, under load; asking tmux again later does not help).
+            reason = "the agent process exited (tmux did not learn its exit code)"
         else:
             reason = f"the agent process exited (code {event.exit_code})"
         await self._publish(event.terminal_id, term, TerminalStatus.ERROR, "pane", reason)
