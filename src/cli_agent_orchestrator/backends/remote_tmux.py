@@ -42,7 +42,7 @@ log = logging.getLogger(__name__)
 RECONNECT_DELAYS_S = (0.5, 1.0, 2.0, 4.0, 8.0, 15.0, 30.0)
 HOME_DIR_NAME = ".cao-host"
 _HOME = re.compile(r"\A/[^\x00-\x1f]{0,1000}\Z")
-_SAFE_REL = re.compile(r"\A[A-Za-z0-9._-]{1,128}(/[A-Za-z0-9._-]{1,128}){0,8}\Z")
+_SAFE_REL = re.compile(r"\A(?!\.\.?(/|\Z))[A-Za-z0-9._-]{1,128}(/(?!\.\.?(/|\Z))[A-Za-z0-9._-]{1,128}){0,8}\Z")
 
 
 class RemoteTmuxBackend(TmuxBackend):
