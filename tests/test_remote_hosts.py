@@ -400,21 +400,27 @@ def test_agents_on_a_host_survive_a_server_restart(hosted):
     assert "still there?" in hosted.client.get(f"/terminals/{tid}/output", params={"mode": "last"}).json()["output"]
 
 
+def agent_on_a_host_of_its_own(hosted, lone: Sshd, user: HostUser) -> str:
+    """Host d: `user` on a second sshd of its own (which the test may stop); an idle agent there."""
+    lone.root.mkdir()
+    lone.start()
+    user.authorize(lone.client_key.with_suffix(".pub"))
+    with open(hosted.dot_ssh / "known_hosts", "a") as fh:
+        fh.write(lone.known_hosts_line())
+    body = {"name": "d", "ssh": f"{user.name}@127.0.0.1:{lone.port}", "identity": str(lone.client_key)}
+    assert hosted.client.post("/hosts", json=body).status_code == 201
+    resp = hosted.client.post("/sessions", params={"agent_profile": "developer", **MOCK, "host": "d"})
+    assert resp.status_code == 201, resp.text
+    tid = resp.json()["id"]
+    hosted.wait_status(tid, "idle", timeout=30)
+    return tid
+
+
 def test_a_restart_while_a_host_is_down_adopts_its_agents_when_it_is_back(hosted, tmp_path, users):
     (b, _c), _sockets = users
     lone = Sshd(tmp_path / "lone", (b.name,))
-    (tmp_path / "lone").mkdir()
-    lone.start()
-    b.authorize(lone.client_key.with_suffix(".pub"))
     try:
-        with open(hosted.dot_ssh / "known_hosts", "a") as fh:
-            fh.write(lone.known_hosts_line())
-        body = {"name": "d", "ssh": f"{b.name}@127.0.0.1:{lone.port}", "identity": str(lone.client_key)}
-        assert hosted.client.post("/hosts", json=body).status_code == 201
-        resp = hosted.client.post("/sessions", params={"agent_profile": "developer", **MOCK, "host": "d"})
-        assert resp.status_code == 201, resp.text
-        tid = resp.json()["id"]
-        hosted.wait_status(tid, "idle", timeout=30)
+        tid = agent_on_a_host_of_its_own(hosted, lone, b)
         hosted.kill9()
         lone.stop()
         for pid in link_masters_of_socket(hosted):
@@ -437,18 +443,8 @@ def test_a_host_that_stays_unreachable_has_its_agents_marked_gone(hosted, tmp_pa
     CAO_HOST_DEAD_AFTER_SECONDS (4 here) the host's agent is gone, saying why."""
     (b, _c), _sockets = users
     lone = Sshd(tmp_path / "lone", (b.name,))
-    (tmp_path / "lone").mkdir()
-    lone.start()
-    b.authorize(lone.client_key.with_suffix(".pub"))
     try:
-        with open(hosted.dot_ssh / "known_hosts", "a") as fh:
-            fh.write(lone.known_hosts_line())
-        body = {"name": "d", "ssh": f"{b.name}@127.0.0.1:{lone.port}", "identity": str(lone.client_key)}
-        assert hosted.client.post("/hosts", json=body).status_code == 201
-        resp = hosted.client.post("/sessions", params={"agent_profile": "developer", **MOCK, "host": "d"})
-        assert resp.status_code == 201, resp.text
-        tid = resp.json()["id"]
-        hosted.wait_status(tid, "idle", timeout=30)
+        tid = agent_on_a_host_of_its_own(hosted, lone, b)
         lone.stop()
         for pid in link_masters(hosted):
             os.kill(pid, signal.SIGKILL)

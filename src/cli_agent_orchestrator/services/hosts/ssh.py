@@ -76,30 +76,19 @@ def link_path(sockets: Path, host: HostRecord) -> Path:
 
 def ssh_argv(host: HostRecord, sockets: Path, *options: str) -> list[str]:
     """`ssh` up to and including the destination; the caller appends the remote command."""
-    target = host.target
-    argv = [
+    shared = ["-o", "ControlMaster=auto", "-o", f"ControlPath={control_path(sockets, host)}"]
+    return [
         SSH,
         "-o",
         "BatchMode=yes",
         "-o",
         "StrictHostKeyChecking=yes",
-        "-o",
-        f"ConnectTimeout={CONNECT_TIMEOUT_S}",
-        "-o",
-        "ControlMaster=auto",
-        "-o",
-        f"ControlPath={control_path(sockets, host)}",
+        *shared,
         "-o",
         f"ControlPersist={CONTROL_PERSIST_S}",
         *options,
+        *destination(host),
     ]
-    if host.identity:
-        argv += ["-i", host.identity]
-    if target.user:
-        argv += ["-l", target.user]
-    if target.port:
-        argv += ["-p", str(target.port)]
-    return [*argv, "--", target.host]
 
 
 def remote_line(words: Sequence[str]) -> str:
