@@ -91,6 +91,16 @@ def drop_hooks(settings_path: Path) -> None:
     settings_path.write_text(json.dumps(settings))
 
 
+def noop_hooks(settings_path: Path) -> None:
+    """Keep cao's hook events in a launch's settings file but make each hook `true`: the bare CLI
+    then pays what its own hook machinery costs per event, and nothing of cao's."""
+    settings = json.loads(settings_path.read_text())
+    for definitions in settings["hooks"].values():
+        for definition in definitions:
+            definition["hooks"] = [{"type": "command", "name": "cao-hook", "command": "true", "timeout": 5000}]
+    settings_path.write_text(json.dumps(settings))
+
+
 def _process(pid: int) -> psutil.Process | None:
     try:
         return psutil.Process(pid)
@@ -307,6 +317,14 @@ def report_against_bare(results: dict, name: str) -> None:
                 "  over the bare turn given as cao gives it, ms",
                 median(results["cao_turn_ms"]) - median(results["bare_pasted_turn_ms"]),
                 "",
+            ),
+            *(
+                [
+                    ("bare turn from the first key, hooks kept as `true`, median ms", median(noop), ""),
+                    ("  cao turn over that, ms", median(results["cao_turn_ms"]) - median(noop), ""),
+                ]
+                if (noop := results.get("bare_noop_hooks_message_turn_ms"))
+                else []
             ),
             ("RSS per agent (CLI + MCP server), MB", median(rss), ""),
         ],

@@ -27,6 +27,7 @@ from _real_cli import (  # noqa: E402
     bench_parser,
     cao_figures,
     drop_hooks,
+    noop_hooks,
     report_against_bare,
     scripted_cli,
 )
@@ -43,9 +44,9 @@ class GeminiPane(BarePane):
     enter_pause = 0.5  # Gemini ignores an Enter that follows typed text too closely (it looks pasted)
     remove_socket = True
 
-    def __init__(self, root: Path, workdir: Path):
+    def __init__(self, root: Path, workdir: Path, hooks=drop_hooks):
         launch = gemini_cli.build_launch(bare_context(root, workdir))
-        drop_hooks(Path(launch.env["GEMINI_CLI_HOME"]) / ".gemini" / "settings.json")
+        hooks(Path(launch.env["GEMINI_CLI_HOME"]) / ".gemini" / "settings.json")
         super().__init__("gemini", launch.env, launch.argv, workdir)
 
     def ready(self, screen: str) -> bool:
@@ -67,6 +68,11 @@ def main() -> int:
         # cao waits for the paste's draw, then this pause; the bare turn waits the pause alone.
         enter_delay = gemini_cli.PROVIDER.pause_after_echo_s
         results.update(bare_figures(GeminiPane(root, work), args.spawns, args.turns, enter_delay=enter_delay))
+        # The bare CLI again with cao's hook events, each hook `true`: what Gemini's own hook
+        # machinery costs a turn (spawning each hook, drawing "Executing Hook"), cao aside.
+        noop = bare_figures(GeminiPane(root, work, noop_hooks), 1, args.turns, enter_delay=enter_delay)
+        results["bare_noop_hooks_turn_ms"] = noop["bare_turn_ms"]
+        results["bare_noop_hooks_message_turn_ms"] = noop["bare_message_turn_ms"]
         # The first cao turn waits for the MCP server to connect.
         results.update(cao_figures("gemini_cli", work, args.spawns, range(1, args.turns + 1), process_name))
     report_against_bare(results, "real_gemini_cli")

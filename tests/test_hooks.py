@@ -157,3 +157,35 @@ def test_a_clis_own_hook_json_is_taken_as_an_http_hook_posts_it(cao: CaoServer):
     )
     assert cao.status(tid) == "waiting_user_answer"
     assert cao.client.post(f"/terminals/{tid}/hooks", json={"session_id": "s"}, headers=headers).status_code == 422
+
+
+def test_a_clis_own_http_hook_is_admitted_as_its_user_and_a_browser_is_not(cao: CaoServer):
+    """Qwen Code posts its hooks itself, with Node's fetch, which adds `Sec-Fetch-Mode: cors`
+    and no other Fetch metadata. Such a post to the hooks route with a hook secret is read as
+    the CLI it is (admitted by its socket's user, then the route checks the secret); anything
+    a browser sends (it always adds Sec-Fetch-Site) still needs a browser session."""
+    _install(cao)
+    tid = cao.create_session("hooked")["id"]
+    secret = cao.hook_secret(tid)
+    body = {"hook_event_name": "UserPromptSubmit", "session_id": "s", "prompt": "hi"}  # the CLI's own JSON
+    node = {"sec-fetch-mode": "cors", "content-type": "application/json"}
+
+    resp = cao.client.post(f"/terminals/{tid}/hooks", json=body, headers={**node, "X-CAO-Hook-Secret": secret})
+    assert resp.status_code == 200, resp.text
+    wait_until(
+        lambda: cao.client.get(f"/terminals/{tid}").json()["status_source"] == "hook:UserPromptSubmit",
+        message="the CLI's HTTP hook applied",
+    )
+    # The route still wants this terminal's own secret.
+    wrong = cao.client.post(f"/terminals/{tid}/hooks", json=body, headers={**node, "X-CAO-Hook-Secret": "nope"})
+    assert wrong.status_code == 403
+    # A browser's request, even with a secret, or a Node-like one elsewhere or without a secret: refused.
+    for headers, path in [
+        ({**node, "sec-fetch-site": "cross-site", "X-CAO-Hook-Secret": secret}, f"/terminals/{tid}/hooks"),
+        ({**node, "sec-fetch-site": "same-origin", "X-CAO-Hook-Secret": secret}, f"/terminals/{tid}/hooks"),
+        (node, f"/terminals/{tid}/hooks"),
+        ({**node, "X-CAO-Hook-Secret": secret}, f"/terminals/{tid}/input"),
+    ]:
+        resp = cao.client.post(path, json={**body, "message": "x"}, headers=headers)
+        assert resp.status_code == 401, (headers, path, resp.status_code)
+    assert cao.client.get(f"/terminals/{tid}").json()["status_source"] == "hook:UserPromptSubmit"

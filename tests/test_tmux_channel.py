@@ -205,3 +205,98 @@ async def _until_async(predicate, timeout: float = 10.0) -> None:
     while not await predicate():
         assert loop.time() < deadline, "condition not reached"
         await asyncio.sleep(0.05)
+
+
+def test_text_placed_on_a_control_line_is_data_for_any_text(tmux_env, tmp_path, monkeypatch):
+    """A paste short enough for the control client's command line goes there, escaped
+    (tmux_commands.escaped): for any text, the buffer tmux fills holds exactly that text, and
+    nothing of it is read as tmux syntax ($VAR, ~, #{format}, ;, quotes, backslashes)."""
+    from hypothesis import HealthCheck, given, settings
+    from hypothesis import strategies as st
+
+    from cli_agent_orchestrator.backends.tmux_commands import escaped
+
+    marker = tmp_path / "pwned"
+    monkeypatch.setenv("CAO_TEST_MARKER", str(marker))
+    hostile = st.sampled_from(
+        [
+            "$CAO_TEST_MARKER",
+            "${HOME}",
+            "~",
+            "#{pane_id}",
+            "#(touch $CAO_TEST_MARKER)",
+            ";",
+            "\\;",
+            '"',
+            "'",
+            "\\",
+            "\\n",
+            "\\101",
+            "\n",
+            "\t",
+            "%",
+            "#",
+            "{",
+            "}",
+            "\u241b[201~",
+            "ü",
+            "日本",
+            "😀",
+            " ",
+        ]
+    )
+    texts = st.lists(st.one_of(hostile, st.text(min_size=1, max_size=8)), min_size=1, max_size=20).map("".join)
+
+    async def scenario(samples: list[str]) -> list[str]:
+        backend, _ = await _backend(tmux_env)
+        try:
+            assert backend.parses_commands
+            got = []
+            for i, text in enumerate(samples):
+                reply = await backend.run_reply("set-buffer", "-b", f"t{i}", escaped(text))
+                assert reply.ok, reply.error
+                saved = tmp_path / f"buffer-{i}"
+                await backend.run("save-buffer", "-b", f"t{i}", str(saved))
+                await backend.run("delete-buffer", "-b", f"t{i}")
+                got.append(saved.read_bytes().decode("utf-8"))
+                saved.unlink()
+            return got
+        finally:
+            await backend.stop()
+
+    @settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+    @given(st.lists(texts.filter(lambda t: "\0" not in t), min_size=5, max_size=5))
+    def check(samples):
+        got = run(scenario(samples))
+        assert got == samples
+        assert not marker.exists()
+
+    check()
+
+
+def test_a_pasted_message_reaches_the_pane_exactly_by_either_path(tmux_env, tmp_path):
+    """Short text goes on the control line, long text through load-buffer's stdin: the pane
+    gets the same bytes either way (a bracketed paste into `cat -v`)."""
+    from cli_agent_orchestrator.backends.tmux_input import MAX_LINE_TEXT
+
+    out = tmp_path / "out"
+
+    async def scenario():
+        backend, _ = await _backend(tmux_env)
+        try:
+            ref = await backend.create_window(
+                "0123abcd", "cao-chan", "w-0001", str(tmp_path), f"exec cat > {out}", True
+            )
+            short = "a $HOME ~ #{pane_id} ; 'q' \"d\" \\ ünï\tend"
+            long = ("y" * 99 + "\n") * (MAX_LINE_TEXT // 100 + 1)  # rows: a tty line holds 4 KB
+            assert len(short) <= MAX_LINE_TEXT < len(long)
+            await backend.paste(ref.window_id, short + "\n")
+            await backend.paste(ref.window_id, long)
+            expected = short + "\n" + long
+            await _until(lambda: out.exists() and len(out.read_bytes()) >= len(expected.encode()))
+            assert out.read_text() == expected
+            assert "cao-" not in await backend.run("list-buffers", "-F", "#{buffer_name}")
+        finally:
+            await backend.stop()
+
+    run(scenario())

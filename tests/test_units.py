@@ -184,3 +184,69 @@ def test_placement_policy_picks_named_then_callers_then_policy_host():
             choose(bad, None, hosts, live, "local")
     with pytest.raises(InvalidInput, match="placement policy"):
         choose(None, None, hosts, live, "nearest")
+
+
+@pytest.mark.parametrize(
+    ("environ", "channel", "url"),
+    [
+        ({"CAO_API_PORT": "9911"}, "fifo", "http://127.0.0.1:9911/terminals/0123abcd/hooks"),
+        ({"CAO_API_HOST": "0.0.0.0"}, "fifo", "http://127.0.0.1:9889/terminals/0123abcd/hooks"),
+        ({"CAO_API_HOST": "::1", "CAO_API_PORT": "7"}, "fifo", "http://[::1]:7/terminals/0123abcd/hooks"),
+        ({"CAO_API_HOST": "10.1.2.3"}, "fifo", None),  # not on loopback: the hook channel instead
+        ({}, "http", None),  # on another host: cao-hook through the forward, with the token
+    ],
+)
+def test_qwen_posts_its_hooks_itself_where_it_can_reach_the_server(tmp_path, environ, channel, url):
+    """Qwen Code's HTTP hooks start no process per event; the secret stays in the agent's
+    environment (interpolated by Qwen), never in the settings file."""
+    import json
+
+    from cli_agent_orchestrator.providers import qwen_cli
+    from cli_agent_orchestrator.providers.base import LaunchContext
+
+    ctx = LaunchContext(
+        terminal_id="0123abcd",
+        profile_name="p",
+        system_prompt="",
+        working_directory=str(tmp_path),
+        home_dir=tmp_path / "home",
+        environ={"QWEN_CODE_SYSTEM_SETTINGS_PATH": str(tmp_path / "none.json"), **environ},
+        hook_channel=channel,
+    )
+    launch = qwen_cli.build_launch(ctx)
+    settings = json.loads(Path(launch.env["QWEN_CODE_SYSTEM_SETTINGS_PATH"]).read_text())
+    for event in ("UserPromptSubmit", "PostToolUse", "StopFailure", "Notification"):
+        (hook,) = settings["hooks"][event][0]["hooks"]
+        if url is None:
+            assert hook["type"] == "command" and "command" in hook
+        else:
+            assert hook == {
+                "type": "http",
+                "name": "cao-hook",
+                "url": url,
+                "headers": {"X-CAO-Hook-Secret": "${CAO_HOOK_SECRET}"},
+                "allowedEnvVars": ["CAO_HOOK_SECRET"],
+                "timeout": 2,
+            }
+
+
+def test_the_api_listener_hands_every_connection_tcp_nodelay():
+    """uvicorn's bind_socket() makes a socket asyncio does not set TCP_NODELAY on; without it a
+    response written in two pieces waited 40 ms for the client's delayed ACK on every request
+    of a kept-alive connection (bench/runtime_bench.py's figures). Linux passes the option on
+    from the listener to each accepted connection."""
+    import socket
+
+    import uvicorn
+
+    from cli_agent_orchestrator.cli.server import no_delay
+
+    listener = no_delay(uvicorn.Config(lambda *a: None, host="127.0.0.1", port=0).bind_socket())
+    listener.listen()  # uvicorn's server listens on it when it starts
+    try:
+        client = socket.create_connection(listener.getsockname()[:2])
+        accepted, _ = listener.accept()
+        with client, accepted:
+            assert accepted.getsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY) == 1
+    finally:
+        listener.close()

@@ -125,7 +125,10 @@ class EventBus:
             if remaining is not None and remaining <= 0:
                 return None
             try:
-                await asyncio.wait_for(sub.wakeup.wait(), remaining)
+                # asyncio.timeout, not wait_for: no extra task, so the waiter runs in the same
+                # loop turn as the publish that woke it, not one turn (another callback) later.
+                async with asyncio.timeout(remaining):
+                    await sub.wakeup.wait()
             except TimeoutError:
                 return None
         return sub.queue.popleft()

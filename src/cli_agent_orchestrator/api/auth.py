@@ -20,6 +20,7 @@ import hmac
 import json
 import logging
 import os
+import re
 import secrets
 import stat
 from dataclasses import dataclass
@@ -41,6 +42,7 @@ _BEARER = b"bearer "
 # (and trusts it from 127.0.0.1 by default), so that address says nothing about the socket.
 _FORWARDING_HEADERS = (b"x-forwarded-for", b"forwarded")
 _FETCH_METADATA = (b"sec-fetch-site", b"sec-fetch-mode", b"sec-fetch-dest")
+_HOOK_PATH = re.compile(r"/terminals/[a-f0-9]{8}/hooks")
 # Fetch metadata values of requests no other site can have started: the page's own, or typed.
 _OWN_SITE = (b"same-origin", b"none")
 # What a browser may fetch before it has signed in: the page shell (no data in it) and the
@@ -183,11 +185,25 @@ def _header(headers: list[tuple[bytes, bytes]], wanted: bytes) -> bytes:
 def from_a_browser(scope, headers: list[tuple[bytes, bytes]]) -> bool:
     """Browsers send Fetch metadata with every HTTP request, and an Origin with every
     WebSocket handshake (where Chromium sends no Fetch metadata); other clients send neither
-    unless told to."""
+    unless told to. One exception: a CLI's own HTTP hook (see `_cli_hook`)."""
     names = {name for name, _ in headers}
     if scope["type"] == "websocket" and b"origin" in names:
         return True
-    return any(name in _FETCH_METADATA for name in names)
+    return any(name in _FETCH_METADATA for name in names) and not _cli_hook(scope, names)
+
+
+def _cli_hook(scope, names: set[bytes]) -> bool:
+    """A CLI's HTTP hook (Qwen Code's, posted with Node's fetch): Node sends `Sec-Fetch-Mode:
+    cors` and no other Fetch metadata, where a browser always sends Sec-Fetch-Site with it.
+    Only a hook post carrying a hook secret is read so; it is then admitted by its socket's
+    user like any other client, and the route itself requires the terminal's secret."""
+    return (
+        scope["type"] == "http"
+        and scope.get("method") == "POST"
+        and b"sec-fetch-site" not in names
+        and b"x-cao-hook-secret" in names
+        and _HOOK_PATH.fullmatch(scope.get("path", "")) is not None
+    )
 
 
 def cookie_name(scope) -> str:

@@ -38,7 +38,7 @@ from ..errors import BackendError
 from ..events import BackendLost, TerminalExited
 from . import tmux_input
 from .base import WindowInfo, WindowRef
-from .tmux_commands import Reply, literal, window_target
+from .tmux_commands import Parsed, Reply, literal, window_target
 from .tmux_control import ControlClient
 from .tmux_panes import PaneMap
 from .tmux_pipe import PipePaneSource
@@ -120,6 +120,13 @@ class TmuxBackend:
         text = reply.text
         return text + "\n" if text else text
 
+    @property
+    def parses_commands(self) -> bool:
+        """Whether commands go as lines to the control client, which parses them: only then
+        may an argument be `Parsed` (tmux_commands.escaped)."""
+        control = self._source if isinstance(self._source, ControlClient) else None
+        return control is not None and control.alive
+
     async def run_reply(self, *args: str, input_bytes: bytes | None = None) -> Reply:
         # Only the control client carries commands; the pipe-pane source has none.
         control = self._source if isinstance(self._source, ControlClient) else None
@@ -134,6 +141,9 @@ class TmuxBackend:
                 return reply
             # The channel broke under this command: it may not have run; say so.
             return Reply(False, reply.blocks, reply.error or "tmux control channel lost")
+        if any(isinstance(a, Parsed) for a in args):
+            # A client process would take the escapes literally: never run it there.
+            return Reply(False, [], "tmux control channel lost")
         # A tmux client process: for the first command (no control client yet), for
         # commands that read stdin (load-buffer) and for all of them with pipe-pane.
         return await run_client(self.client_argv(*args), (), input_bytes)

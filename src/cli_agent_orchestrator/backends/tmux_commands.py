@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import re
 import shlex
+import string
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -18,6 +19,24 @@ _WINDOW_ID = re.compile(r"\A@[0-9]+\Z")
 def quote(arg: str) -> str:
     """Quote one argument for tmux's command parser: single quotes keep $, ~, ;, # literal."""
     return "'" + arg.replace("'", "'\\''") + "'"
+
+
+class Parsed(str):
+    """An argument already written in tmux's command syntax (see `escaped`): a command line
+    for the control client places it as it is, where any other argument is quote()d. A tmux
+    client process takes its arguments unparsed, so it must never be given one."""
+
+
+_PLAIN = frozenset(string.ascii_letters + string.digits + " ")
+
+
+def escaped(text: str) -> Parsed:
+    """`text` as one double-quoted tmux argument that stands for exactly `text`, newlines
+    included (a single-quoted one cannot hold a newline, and a control client's command is
+    one line). Every character but letters, digits and space is written as octal escapes of
+    its UTF-8 bytes, so no `$`, `~`, `\\`, `"` or `#` of the text is ever seen by the parser."""
+    plain = _PLAIN
+    return Parsed('"' + "".join(ch if ch in plain else "".join(f"\\{b:03o}" for b in ch.encode()) for ch in text) + '"')
 
 
 def literal(text: str) -> str:

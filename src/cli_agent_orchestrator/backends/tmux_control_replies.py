@@ -11,7 +11,7 @@ from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from .tmux_commands import Reply, quote
+from .tmux_commands import Parsed, Reply, quote
 
 log = logging.getLogger(__name__)
 
@@ -69,7 +69,7 @@ class PendingReplies:
         self._seq += 1
         begin, end = f"cao-{self._nonce}-{self._seq}-begin", f"cao-{self._nonce}-{self._seq}-end"
         self._frames.append(_Frame([begin], [end], future, sent_at, on_reply))
-        line = " ".join(a if a == ";" else quote(a) for a in args)
+        line = " ".join(a if a == ";" or isinstance(a, Parsed) else quote(a) for a in args)
         return f"display-message -p {begin} ; {line} ; display-message -p {end}\n".encode()
 
     def fail_all(self, reason: str) -> None:

@@ -9,14 +9,20 @@ import uuid
 from typing import Protocol
 
 from ..errors import AgentExited, BackendError
-from .tmux_commands import Reply, quote, window_target
+from .tmux_commands import Reply, escaped, quote, window_target
 
 # What the liveness check prints when the pane is dead (and nothing was delivered).
 _DEAD = "cao-pane-dead"
+# Up to this many characters a paste goes on the control client's command line (escaped, at
+# most 12 bytes a character); a longer one through a client process's stdin.
+MAX_LINE_TEXT = 16 * 1024
 
 
 class CommandRunner(Protocol):
     """The part of the backend that runs tmux command lists."""
+
+    @property
+    def parses_commands(self) -> bool: ...
 
     async def run(self, *args: str, input_bytes: bytes | None = None, check: bool = True) -> str: ...
 
@@ -26,14 +32,16 @@ class CommandRunner(Protocol):
 async def paste(tmux: CommandRunner, window_id: str, text: str) -> None:
     window = window_target(window_id)
     buffer = f"cao-{uuid.uuid4().hex[:12]}"
-    # load-buffer from stdin + paste-buffer -p (bracketed) -d (delete buffer): the text
-    # never passes through a shell or tmux's parser. if-shell -F decides inside tmux,
+    # The text goes into a buffer as data: an escaped argument of set-buffer on the control
+    # client's line, or load-buffer from stdin of a client process (no control client, or a
+    # text too long for one line). Starting that process blocks the event loop for 10-20 ms,
+    # hence the line. Neither way does the text pass through a shell or tmux's parser as
+    # syntax. paste-buffer -p (bracketed) -d (delete buffer); if-shell -F decides inside tmux,
     # in the same command, that the pane is alive: nothing can die in between.
+    data = escaped(text) if tmux.parses_commands and len(text) <= MAX_LINE_TEXT else None
+    load = ["set-buffer", "-b", buffer, data] if data is not None else ["load-buffer", "-b", buffer, "-"]
     reply = await tmux.run_reply(
-        "load-buffer",
-        "-b",
-        buffer,
-        "-",
+        *load,
         ";",
         "if-shell",
         "-F",
@@ -42,7 +50,7 @@ async def paste(tmux: CommandRunner, window_id: str, text: str) -> None:
         "#{pane_dead}",
         f"delete-buffer -b {buffer} ; display-message -p {_DEAD}",
         f"paste-buffer -p -d -b {buffer} -t {window}",
-        input_bytes=text.encode("utf-8"),
+        input_bytes=None if data is not None else text.encode("utf-8"),
     )
     await _check_alive(tmux, reply, window, cleanup=["delete-buffer", "-b", buffer])
 

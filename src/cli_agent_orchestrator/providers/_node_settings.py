@@ -18,7 +18,7 @@ from typing import Any
 
 from .. import tool_policy
 from .base import LaunchContext, Screen
-from .common import HOOK_TIMEOUT_S, MCP_SERVER_NAME, hook_command, mcp_server
+from .common import HOOK_ACK_WAIT_S, HOOK_TIMEOUT_S, MCP_SERVER_NAME, hook_command, hook_url, mcp_server
 
 # Keys a profile's `mcpServers` entry may carry over to the CLI's settings.
 _MCP_KEYS = ("command", "args", "env", "cwd", "url", "httpUrl", "headers", "timeout", "trust")
@@ -74,23 +74,31 @@ def tool_limits(provider: str, ctx: LaunchContext) -> dict[str, Any]:
     return out
 
 
-def hooks(ctx: LaunchContext, events: Iterable[str]) -> dict[str, list]:
-    """`hooks` settings that report each event through the hook channel (JSON payload on stdin)."""
-    return {
-        event: [
-            {
-                "hooks": [
-                    {
-                        "type": "command",
-                        "name": "cao-hook",
-                        "command": hook_command(ctx, event),
-                        "timeout": HOOK_TIMEOUT_S * 1000,  # ms
-                    }
-                ]
+def hooks(ctx: LaunchContext, events: Iterable[str], http: bool = False) -> dict[str, list]:
+    """`hooks` settings that report each event to cao-server: through the hook channel (a
+    command hook, JSON payload on stdin) or, with `http` (a CLI that has HTTP hooks), posted
+    by the CLI itself, which starts no process at all (see common.hook_url)."""
+    url = hook_url(ctx) if http else None
+
+    def hook(event: str) -> dict:
+        if url is not None:
+            return {
+                "type": "http",
+                "name": "cao-hook",
+                "url": url,
+                # Interpolated by the CLI from its own environment: the secret is in no file.
+                "headers": {"X-CAO-Hook-Secret": "${CAO_HOOK_SECRET}"},
+                "allowedEnvVars": ["CAO_HOOK_SECRET"],
+                "timeout": HOOK_ACK_WAIT_S,  # seconds, for an HTTP hook
             }
-        ]
-        for event in events
-    }
+        return {
+            "type": "command",
+            "name": "cao-hook",
+            "command": hook_command(ctx, event),
+            "timeout": HOOK_TIMEOUT_S * 1000,  # ms
+        }
+
+    return {event: [{"hooks": [hook(event)]}] for event in events}
 
 
 def mcp_servers(ctx: LaunchContext, trust: bool) -> dict[str, dict]:

@@ -91,6 +91,22 @@ def hook_command(ctx: LaunchContext, event: str) -> str:
     return shlex.join([shutil.which("bash") or "/bin/bash", str(script), event])
 
 
+def hook_url(ctx: LaunchContext) -> str | None:
+    """Where a CLI's own HTTP hook posts this terminal's events (POST /terminals/{id}/hooks,
+    with the terminal's secret in X-CAO-Hook-Secret), or None where it cannot: an agent on
+    another host (its forward admits only cao's token, which no hook setting can carry), or a
+    server that does not listen on loopback."""
+    if ctx.hook_channel != "fifo" or not re.fullmatch(r"[a-f0-9]{8}", ctx.terminal_id):
+        return None
+    host = ctx.environ.get("CAO_API_HOST") or "127.0.0.1"
+    if host in ("0.0.0.0", "::", "localhost"):
+        host = "127.0.0.1"
+    port = ctx.environ.get("CAO_API_PORT") or "9889"
+    if host not in ("127.0.0.1", "::1") or not port.isdigit():
+        return None
+    return f"http://{'[::1]' if host == '::1' else host}:{port}/terminals/{ctx.terminal_id}/hooks"
+
+
 def mcp_server(ctx: LaunchContext) -> dict:
     """cao-mcp-server as a stdio MCP server entry: command, args and the identity env."""
     argv = ctx.mcp_server_argv or [sys.executable, "-m", "cli_agent_orchestrator.mcp_server.server"]

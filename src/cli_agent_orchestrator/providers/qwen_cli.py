@@ -57,7 +57,10 @@ def _overlay(ctx: LaunchContext) -> dict:
         "security": {"folderTrust": {"enabled": False}},  # the caller chose the working directory
         # The background memory extractor sends its own model requests after each turn.
         "memory": {"enableManagedAutoMemory": False},
-        "hooks": hooks(ctx, _HOOK_EVENTS),
+        # HTTP hooks: Qwen posts each event itself (~1 ms) instead of starting a shell per event
+        # (tens of ms, before the model is even asked); it waits for the answer, so an event
+        # is applied before the UI goes on, as with the hook channel's ack.
+        "hooks": hooks(ctx, _HOOK_EVENTS, http=True),
         "mcpServers": mcp_servers(ctx, trust=True),
         # Plain child processes for the shell tool: output capture does not race a pty.
         "tools": {"shell": {"enableInteractiveShell": False}},

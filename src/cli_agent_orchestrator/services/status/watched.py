@@ -18,7 +18,7 @@ import pyte
 
 from ...models import TerminalStatus
 from ...providers.base import Provider, Screen
-from .screen import load_capture
+from .screen import EmulatedScreen, load_capture
 
 # Turn phases after InputSubmitted.
 SETTLED, SENT, COMPOSER_SEEN = "settled", "sent", "composer_seen"
@@ -41,7 +41,7 @@ class WatchedTerminal:
 
     terminal_id: str
     provider: Provider
-    screen: pyte.Screen
+    screen: EmulatedScreen
     stream: pyte.ByteStream
     # Asks the output source for a ScreenSnapshot, which arrives in stream order
     # (the backend's request_snapshot).

@@ -1,0 +1,113 @@
+"""The status monitor's screen keeps its rows as text and re-renders only the rows pyte marks
+dirty (services/status/screen.py). Whatever output arrives, and whenever the rows are read,
+they must equal what pyte's own full `display` gives."""
+
+from __future__ import annotations
+
+import pyte
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from cli_agent_orchestrator.services.status.screen import EmulatedScreen, render, upper_rows
+
+# Pieces the CLIs' output is made of: text (wide characters, combining marks, box drawing),
+# cursor moves, erases, scrolling, insert/delete, resets, alternate screen, and junk.
+TEXT = st.text(alphabet=st.sampled_from("ab Z9─│✦⠋日本😀é\u0301\t"), min_size=1, max_size=30)
+ESCAPES = st.sampled_from(
+    [
+        "\r\n",
+        "\n",
+        "\r",
+        "\b",
+        "\x1b[2J",
+        "\x1b[J",
+        "\x1b[1J",
+        "\x1b[K",
+        "\x1b[1K",
+        "\x1b[2K",
+        "\x1b[H",
+        "\x1b[3;5H",
+        "\x1b[9;1H",
+        "\x1b[A",
+        "\x1b[5B",
+        "\x1b[10C",
+        "\x1b[2D",
+        "\x1b[2L",
+        "\x1b[M",
+        "\x1b[3P",
+        "\x1b[2@",
+        "\x1b[4X",
+        "\x1bM",
+        "\x1bD",
+        "\x1b[2;6r",
+        "\x1b[r",
+        "\x1b[S",
+        "\x1b[T",
+        "\x1bc",
+        "\x1b#8",
+        "\x1b[?5h",
+        "\x1b[?5l",
+        "\x1b[?1049h",
+        "\x1b[?1049l",
+        "\x1b[>4;2m",
+        "\x1b[1;31m",
+        "\x1b[0m",
+        "\x1b[200~",
+        "\x1b]0;title\x07",
+    ]
+)
+CHUNK = st.lists(st.one_of(TEXT, ESCAPES), min_size=1, max_size=12).map("".join)
+
+
+def full_display(screen: pyte.Screen) -> list[str] | None:
+    """pyte's own rendering, right-trimmed; None where pyte itself cannot render the screen
+    (an empty cell left behind a wide character overwritten by a narrow one)."""
+    try:
+        return [line.rstrip() for line in screen.display]
+    except (IndexError, AssertionError):
+        return None
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    chunks=st.lists(st.tuples(CHUNK, st.booleans()), min_size=1, max_size=15),
+    size=st.sampled_from([(20, 6), (12, 4), (40, 10)]),
+)
+def test_cached_rows_always_equal_a_full_render(chunks, size):
+    screen = EmulatedScreen(*size)
+    stream = pyte.ByteStream(screen)
+    for text, read in chunks:
+        stream.feed(text.encode("utf-8"))
+        if read:  # reading between chunks clears `dirty`: the next read must still be exact
+            expected = full_display(screen)
+            rows = screen.rows()
+            if expected is not None:
+                assert rows == expected
+    expected = full_display(screen)
+    if expected is not None:
+        assert render(screen).lines == expected
+        assert upper_rows(screen) == tuple(r for r in expected if r.strip())[:-2]
+
+
+def test_rows_follow_a_resize_and_a_reset():
+    screen = EmulatedScreen(10, 3)
+    stream = pyte.ByteStream(screen)
+    stream.feed(b"abcdefghij\r\nsecond")
+    assert screen.rows() == ["abcdefghij", "second", ""]
+    screen.resize(4, 5)  # lines, columns
+    assert screen.rows() == [line.rstrip() for line in screen.display]
+    assert len(screen.rows()) == 4
+    screen.reset()
+    assert screen.rows() == ["", "", "", ""]
+
+
+def test_a_row_read_twice_without_output_is_not_rendered_again():
+    """The point of the cache: rows pyte did not mark are not re-rendered."""
+    screen = EmulatedScreen(30, 4)
+    stream = pyte.ByteStream(screen)
+    stream.feed(b"top\r\nmiddle\r\nbottom")
+    screen.rows()
+    assert not screen.dirty
+    stream.feed(b"\x1b[2;1H\x1b[2Kchanged")
+    assert screen.dirty == {1}
+    assert screen.rows() == ["top", "changed", "bottom", ""]
