@@ -73,3 +73,71 @@ def test_the_idle_notice_of_a_good_qwen_turn_completes_it(tmp_path: Path):
         )
     )
     assert seen == [TerminalStatus.PROCESSING, TerminalStatus.COMPLETED, TerminalStatus.PROCESSING]
+
+
+def test_a_turn_end_waits_for_the_screen_and_a_stale_busy_screen_never_starts_the_next_turn(tmp_path: Path):
+    """Claude Code's Stop comes before it draws the turn's end, and its next message, given the
+    moment `completed` was out, was dropped while the last turn's spinner still showed: that
+    busy screen was taken for the new turn's start, so the dropped Enter was never pressed
+    again. Now `completed` waits for a screen that is not busy, and after input a busy screen
+    that was already up (or shows the text still in the composer) does not start the turn:
+    the CLI's own start hook does."""
+    from screen_fixtures import ScreenFixtures
+
+    from cli_agent_orchestrator.events import InputSubmitted, ScreenSnapshot
+    from cli_agent_orchestrator.providers import claude_code
+
+    screens = ScreenFixtures("claude_code", rows=50)
+
+    def snapshot(state: str) -> ScreenSnapshot:
+        return ScreenSnapshot(TID, "\n".join(screens.lines(state)), 0, 0)
+
+    async def scenario() -> list[tuple[TerminalStatus, str, int]]:
+        bus = EventBus()
+        bus.start()
+        store = Store(tmp_path / "cao.db")
+        store.add_terminal(Terminal(TID, "cao-t", "w-0001", "claude_code", "dev", str(tmp_path)), None)
+        tasks = TaskGroup()
+        monitor = StatusMonitor(bus, store, tasks)
+        bus.subscribe("status-monitor", "terminal.#", monitor.handle)
+        stream = bus.open_stream("test", f"terminal.{TID}.status")
+        monitor.watch(TID, claude_code.PROVIDER, initial=TerminalStatus.IDLE)
+        seen: list[tuple[TerminalStatus, str, int]] = []
+
+        async def settle() -> None:
+            while (event := await bus.next_event(stream, 0.3)) is not None:
+                if isinstance(event, StatusChanged):
+                    seen.append((event.status, event.source, event.turn))
+
+        stop = {"session_id": "s", "last_assistant_message": "the answer"}
+        bus.publish(InputSubmitted(TID, 1))
+        bus.publish(snapshot("working_bypass"))
+        bus.publish(HookReceived(TID, "UserPromptSubmit", {"session_id": "s"}))
+        bus.publish(HookReceived(TID, "Stop", stop))  # the spinner is still up
+        await settle()
+        assert seen[-1][0] == TerminalStatus.PROCESSING, seen  # held while the screen reads busy
+        bus.publish(snapshot("done_bypass"))
+        await settle()
+        assert seen[-1] == (TerminalStatus.COMPLETED, "hook:Stop", 1), seen
+
+        # Done by its hook, but the spinner is drawn again as the next input comes in.
+        bus.publish(HookReceived(TID, "UserPromptSubmit", {"session_id": "s"}))  # a queued message
+        bus.publish(snapshot("working_bypass"))
+        bus.publish(HookReceived(TID, "Stop", stop))
+        await settle()
+        count = len(seen)
+        bus.publish(InputSubmitted(TID, 2))  # the held end is moot; the busy screen is the last turn's
+        bus.publish(snapshot("queued"))  # still busy, and the screen changed: not turn 2's start
+        await settle()
+        assert all(turn < 2 for _, _, turn in seen[count:]), seen
+        bus.publish(HookReceived(TID, "UserPromptSubmit", {"session_id": "s"}))
+        await settle()
+        assert seen[-1] == (TerminalStatus.PROCESSING, "hook:UserPromptSubmit", 2), seen
+
+        await monitor.stop()
+        await tasks.close()
+        await bus.stop()
+        store.close()
+        return seen
+
+    asyncio.run(scenario())

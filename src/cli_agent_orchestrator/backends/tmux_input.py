@@ -34,8 +34,8 @@ async def paste(tmux: CommandRunner, window_id: str, text: str) -> None:
     buffer = f"cao-{uuid.uuid4().hex[:12]}"
     # The text goes into a buffer as data: an escaped argument of set-buffer on the control
     # client's line, or load-buffer from stdin of a client process (no control client, or a
-    # text too long for one line). Starting that process blocks the event loop for 10-20 ms,
-    # hence the line. Neither way does the text pass through a shell or tmux's parser as
+    # text too long for one line). That process costs a paste ~8 ms, ~5 ms of it holding the
+    # event loop (fork and exec from cao-server), hence the line. Neither way does the text pass through a shell or tmux's parser as
     # syntax. paste-buffer -p (bracketed) -d (delete buffer); if-shell -F decides inside tmux,
     # in the same command, that the pane is alive: nothing can die in between.
     data = escaped(text) if tmux.parses_commands and len(text) <= MAX_LINE_TEXT else None

@@ -251,11 +251,16 @@ PROVIDER = Provider(
     # also makes an Enter within 30 ms of the paste a Shift+Enter). A pause counted from cao's
     # paste raced Gemini's own reading of it (3 turns in 8 under load took the 1.5 s retry); the
     # paste's draw comes after Gemini read it, so the pause runs from the echo (the 40 ms timer
-    # starts before the draw; 50 ms from the draw leaves Gemini a timer tick and a render).
+    # starts before the draw). 40 back-to-back turns with the echo seen within a few ms of its
+    # draw: a 50 ms pause left 6 Enters read as newlines, 70 ms 1, 90 ms none but every turn
+    # 40 ms longer; 70 ms is the cheapest on average.
     enter_after_echo=True,
     enter_delay_s=0.5,  # at most, for the echo
-    pause_after_echo_s=0.05,
-    # Not exact under load: the timer's re-render re-subscribes the key handler in a passive
-    # effect, which a starved Node may run after reading the Enter; that Enter becomes a newline
-    # and cao's verified submit presses Enter again after SUBMIT_CONFIRM_S.
+    pause_after_echo_s=0.07,
+    # Not exact: the timer's re-render re-subscribes the key handler in a passive effect, which
+    # Node may run after reading the Enter, and that Enter becomes a newline. A taken Enter
+    # clears the composer within ~40 ms and BeforeAgent follows, so an Enter without effect
+    # after 0.4 s is pressed again (the text then ends in a newline). A second Enter that Gemini
+    # reads after taking the first finds the composer empty: nothing happens.
+    submit_confirm_s=0.4,
 )

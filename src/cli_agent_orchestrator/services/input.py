@@ -21,6 +21,7 @@ import re
 
 from ..backends.base import TerminalBackend
 from ..bus import EventBus
+from ..errors import AgentExited
 from ..events import ComposerChanged, InputSubmitted, StatusChanged
 from ..models import TerminalStatus
 from .status.monitor import StatusMonitor
@@ -117,12 +118,18 @@ class InputService:
             finally:
                 if echo is not None:
                     self.bus.close_stream(echo)
+            confirm = (view.provider.submit_confirm_s if view is not None else None) or SUBMIT_CONFIRM_S
             for attempt in range(SUBMIT_RETRIES + 1):
-                await self.backend.send_keys(window_id, ["Enter"])
-                if await self._confirmed(stream, turn):
+                try:
+                    await self.backend.send_keys(window_id, ["Enter"])
+                except AgentExited:
+                    if attempt == 0:
+                        raise
+                    return turn  # the agent ended after an Enter (an exit command): the monitor says so
+                if await self._confirmed(stream, turn, confirm):
                     return turn
                 view = self.monitor.view(terminal_id)
-                if view is None or not view.composer_has_text:
+                if view is None or view.exited or not view.composer_has_text:
                     # Nothing left in the composer: the agent took the text but is slow
                     # to show it. Another Enter could submit a stray empty line.
                     return turn
@@ -143,9 +150,9 @@ class InputService:
                 return True
         return False
 
-    async def _confirmed(self, stream, turn: int) -> bool:
+    async def _confirmed(self, stream, turn: int, limit: float) -> bool:
         loop = asyncio.get_running_loop()
-        deadline = loop.time() + SUBMIT_CONFIRM_S
+        deadline = loop.time() + limit
         while True:
             event = await self.bus.next_event(stream, deadline - loop.time())
             if event is None:

@@ -44,10 +44,12 @@ from .writer import StatusWriter
 log = logging.getLogger(__name__)
 
 _HOOK_DECIDED = (TerminalStatus.PROCESSING, TerminalStatus.COMPLETED, TerminalStatus.IDLE)
-# A hook's "turn done" whose answer is read from the screen (no reply in the hook) waits while the
-# screen still reads busy: Gemini fires AfterAgent before it draws the answer, and a hook that
-# reports in a few ms (the hook channel) gets here first. The first screen reading that is not busy
-# releases it; this bound is the safety net for a screen that never stops reading busy.
+# A hook's "turn done" waits while the screen still reads busy: the CLIs fire their turn-end hook
+# before they draw the end (Gemini's AfterAgent comes before the answer; Claude Code, given its
+# next message while its Stop's screen was still busy, dropped the Enter), and a hook that reports
+# in a few ms gets here first. "completed" then means the CLI shows it and takes input. The first
+# screen reading that is not busy releases it; this bound is the safety net for a screen that
+# never stops reading busy.
 HELD_COMPLETION_LIMIT_S = 2.0
 
 
@@ -236,7 +238,7 @@ class StatusMonitor:
     async def on_input(self, event: Event) -> None:
         assert isinstance(event, InputSubmitted)
         term = self._terms.get(event.terminal_id)
-        self._held.pop(event.terminal_id, None)  # a new turn: the previous one's end is moot
+        held = self._held.pop(event.terminal_id, None)  # a new turn: the previous one's end is moot
         if term is not None:
             term.hook_reply = None  # a new turn: the last hook's answer is the previous one's
         if term is not None and term.exited:
@@ -250,6 +252,13 @@ class StatusMonitor:
             term.phase = SENT
             term.status_at_submit = term.status
             term.upper_at_submit = upper_rows(term.screen)
+            # The hooks ended the last turn but its busy screen is still up (input sent the
+            # moment a turn completed): that screen must not pass for this turn's start.
+            term.busy_at_submit = (
+                term.hooks_seen
+                and (held is not None or term.status in (TerminalStatus.COMPLETED, TerminalStatus.IDLE))
+                and self._reads_busy(term)
+            )
 
     async def on_exited(self, event: Event) -> None:
         assert isinstance(event, TerminalExited)
@@ -314,6 +323,17 @@ class StatusMonitor:
             return
         if term.phase != SETTLED:
             if new == TerminalStatus.UNKNOWN:
+                return
+            if (
+                new == TerminalStatus.PROCESSING
+                and term.hooks_seen
+                and not reading.definite
+                and (term.busy_at_submit or reading.composer_has_text)
+            ):
+                # Busy, but not with this input: the previous turn's screen is still up, or the
+                # text still waits in the composer (the CLI is settling the last turn; an Enter
+                # now may be dropped). The CLI's own hook says when this turn starts, and until
+                # then the verified submit still sees no effect of its Enter.
                 return
             if (
                 new.is_ready
@@ -394,7 +414,7 @@ class StatusMonitor:
         if text is not None:
             term.hook_reply = text
         self._held.pop(terminal_id, None)  # a later hook supersedes a held one
-        if reading.status == TerminalStatus.COMPLETED and text is None and self._reads_busy(term):
+        if reading.status == TerminalStatus.COMPLETED and self._reads_busy(term):
             self._held_serial += 1
             self._held[terminal_id] = (self._held_serial, event, reading)
             self.tasks.spawn(self._release_held_late(terminal_id, self._held_serial), f"status:{terminal_id}:held")

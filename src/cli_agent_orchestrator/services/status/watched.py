@@ -58,6 +58,7 @@ class WatchedTerminal:
     composer_has_text: bool = False
     status_at_submit: TerminalStatus = TerminalStatus.UNKNOWN
     upper_at_submit: tuple[str, ...] = ()
+    busy_at_submit: bool = False  # the hooks had ended the last turn, its busy screen was still up
     hooks_seen: bool = False  # the CLI reports its own turns; the screen then only sees dialogs and errors
     hook_reply: str | None = None  # the current turn's answer as the CLI's turn-end hook gave it
     last_hook: str | None = None  # the hook event of the last hook reading (providers read it)
