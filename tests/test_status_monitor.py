@@ -5,12 +5,15 @@ provider modules; no tmux needed because hooks carry the status."""
 from __future__ import annotations
 
 import asyncio
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from pathlib import Path
 
-from cli_agent_orchestrator.bus import EventBus
+from cli_agent_orchestrator.bus import EventBus, Subscription
 from cli_agent_orchestrator.events import HookReceived, StatusChanged
 from cli_agent_orchestrator.models import Terminal, TerminalStatus
 from cli_agent_orchestrator.providers import qwen_cli
+from cli_agent_orchestrator.providers.base import Provider
 from cli_agent_orchestrator.services.status.monitor import StatusMonitor
 from cli_agent_orchestrator.store import Store
 from cli_agent_orchestrator.tasks import TaskGroup
@@ -18,31 +21,41 @@ from cli_agent_orchestrator.tasks import TaskGroup
 TID = "0123abcd"
 
 
-async def _statuses_after(tmp_path: Path, hooks: list[tuple[str, dict]]) -> list[TerminalStatus]:
+@asynccontextmanager
+async def _monitored(tmp_path: Path, provider: Provider, **watch) -> AsyncIterator[tuple[EventBus, Subscription]]:
+    """A status monitor on a real bus and store watching terminal TID; yields the bus and a
+    stream of the terminal's status events."""
     bus = EventBus()
     bus.start()
     store = Store(tmp_path / "cao.db")
-    store.add_terminal(Terminal(TID, "cao-t", "w-0001", "qwen_cli", "dev", str(tmp_path)), None)
+    store.add_terminal(Terminal(TID, "cao-t", "w-0001", provider.name, "dev", str(tmp_path)), None)
     tasks = TaskGroup()
     monitor = StatusMonitor(bus, store, tasks)
     bus.subscribe("status-monitor", "terminal.#", monitor.handle)
     stream = bus.open_stream("test", f"terminal.{TID}.status")
-    monitor.watch(TID, qwen_cli.PROVIDER)
-    # A last UserPromptSubmit closes the sequence: once its "processing" is out, every hook
-    # before it has been applied, in order.
-    for event, payload in [*hooks, ("UserPromptSubmit", {"session_id": "s"})]:
-        bus.publish(HookReceived(TID, event, payload))
-    seen: list[TerminalStatus] = []
-    while not seen or seen[-1] != TerminalStatus.PROCESSING or len(seen) == 1:
-        event = await bus.next_event(stream, 5)
-        assert event is not None, f"statuses so far: {seen}"
-        if isinstance(event, StatusChanged):
-            seen.append(event.status)
-    await monitor.stop()
-    await tasks.close()
-    await bus.stop()
-    store.close()
-    return seen
+    monitor.watch(TID, provider, **watch)
+    try:
+        yield bus, stream
+    finally:
+        await monitor.stop()
+        await tasks.close()
+        await bus.stop()
+        store.close()
+
+
+async def _statuses_after(tmp_path: Path, hooks: list[tuple[str, dict]]) -> list[TerminalStatus]:
+    async with _monitored(tmp_path, qwen_cli.PROVIDER) as (bus, stream):
+        # A last UserPromptSubmit closes the sequence: once its "processing" is out, every hook
+        # before it has been applied, in order.
+        for event, payload in [*hooks, ("UserPromptSubmit", {"session_id": "s"})]:
+            bus.publish(HookReceived(TID, event, payload))
+        seen: list[TerminalStatus] = []
+        while not seen or seen[-1] != TerminalStatus.PROCESSING or len(seen) == 1:
+            event = await bus.next_event(stream, 5)
+            assert event is not None, f"statuses so far: {seen}"
+            if isinstance(event, StatusChanged):
+                seen.append(event.status)
+        return seen
 
 
 def test_a_failed_qwen_turn_stays_an_error_after_the_idle_notice(tmp_path: Path):
@@ -92,16 +105,11 @@ def test_a_turn_end_waits_for_the_screen_and_a_stale_busy_screen_never_starts_th
     def snapshot(state: str) -> ScreenSnapshot:
         return ScreenSnapshot(TID, "\n".join(screens.lines(state)), 0, 0)
 
-    async def scenario() -> list[tuple[TerminalStatus, str, int]]:
-        bus = EventBus()
-        bus.start()
-        store = Store(tmp_path / "cao.db")
-        store.add_terminal(Terminal(TID, "cao-t", "w-0001", "claude_code", "dev", str(tmp_path)), None)
-        tasks = TaskGroup()
-        monitor = StatusMonitor(bus, store, tasks)
-        bus.subscribe("status-monitor", "terminal.#", monitor.handle)
-        stream = bus.open_stream("test", f"terminal.{TID}.status")
-        monitor.watch(TID, claude_code.PROVIDER, initial=TerminalStatus.IDLE)
+    async def scenario() -> None:
+        async with _monitored(tmp_path, claude_code.PROVIDER, initial=TerminalStatus.IDLE) as (bus, stream):
+            await steps(bus, stream)
+
+    async def steps(bus: EventBus, stream: Subscription) -> None:
         seen: list[tuple[TerminalStatus, str, int]] = []
 
         async def settle() -> None:
@@ -133,11 +141,5 @@ def test_a_turn_end_waits_for_the_screen_and_a_stale_busy_screen_never_starts_th
         bus.publish(HookReceived(TID, "UserPromptSubmit", {"session_id": "s"}))
         await settle()
         assert seen[-1] == (TerminalStatus.PROCESSING, "hook:UserPromptSubmit", 2), seen
-
-        await monitor.stop()
-        await tasks.close()
-        await bus.stop()
-        store.close()
-        return seen
 
     asyncio.run(scenario())
