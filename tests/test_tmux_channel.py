@@ -220,6 +220,9 @@ def test_text_placed_on_a_control_line_is_data_for_any_text(tmux_env, tmp_path, 
     monkeypatch.setenv("CAO_TEST_MARKER", str(marker))
     hostile = st.sampled_from(
         [
+            "-0",
+            "-b x",
+            "--",
             "$CAO_TEST_MARKER",
             "${HOME}",
             "~",
@@ -253,7 +256,7 @@ def test_text_placed_on_a_control_line_is_data_for_any_text(tmux_env, tmp_path, 
             assert backend.parses_commands
             got = []
             for i, text in enumerate(samples):
-                reply = await backend.run_reply("set-buffer", "-b", f"t{i}", escaped(text))
+                reply = await backend.run_reply("set-buffer", "-b", f"t{i}", "--", escaped(text))
                 assert reply.ok, reply.error
                 saved = tmp_path / f"buffer-{i}"
                 await backend.run("save-buffer", "-b", f"t{i}", str(saved))
@@ -287,7 +290,7 @@ def test_a_pasted_message_reaches_the_pane_exactly_by_either_path(tmux_env, tmp_
             ref = await backend.create_window(
                 "0123abcd", "cao-chan", "w-0001", str(tmp_path), f"exec cat > {out}", True
             )
-            short = "a $HOME ~ #{pane_id} ; 'q' \"d\" \\ ünï\tend"
+            short = "-b x -- a $HOME ~ #{pane_id} ; 'q' \"d\" \\ ünï\tend"  # a leading "-" is no flag
             long = ("y" * 99 + "\n") * (MAX_LINE_TEXT // 100 + 1)  # rows: a tty line holds 4 KB
             assert len(short) <= MAX_LINE_TEXT < len(long)
             await backend.paste(ref.window_id, short + "\n")

@@ -39,7 +39,8 @@ async def paste(tmux: CommandRunner, window_id: str, text: str) -> None:
     # syntax. paste-buffer -p (bracketed) -d (delete buffer); if-shell -F decides inside tmux,
     # in the same command, that the pane is alive: nothing can die in between.
     data = escaped(text) if tmux.parses_commands and len(text) <= MAX_LINE_TEXT else None
-    load = ["set-buffer", "-b", buffer, data] if data is not None else ["load-buffer", "-b", buffer, "-"]
+    # `--`: a text that begins with "-" is still data, not a flag of set-buffer.
+    load = ["set-buffer", "-b", buffer, "--", data] if data is not None else ["load-buffer", "-b", buffer, "-"]
     reply = await tmux.run_reply(
         *load,
         ";",

@@ -140,9 +140,10 @@ class Provider:
     # With `enter_after_echo`: then this long before Enter, for a CLI that refuses an Enter for a
     # while after it has read a paste (Gemini); the draw is the first sign that it has.
     pause_after_echo_s: float = 0.0
-    # How long an Enter may take to show any effect before it is pressed again (None: the input
-    # service's default, 1.5 s). Shorter for a CLI that visibly takes an Enter within tens of ms
-    # but sometimes reads it as a newline (Gemini): the next Enter then submits the text.
+    # With `enter_after_echo`, once the echo was seen: how long an Enter may take to show any
+    # effect before it is pressed again (None: the input service's default, 1.5 s). Shorter for a
+    # CLI that visibly takes an Enter within tens of ms but sometimes reads it as a newline
+    # (Gemini): the next Enter then submits the text.
     submit_confirm_s: float | None = None
     # Why a launch of this profile cannot work (a file the CLI needs is missing), or None;
     # checked before anything is allocated, so the request is a 400 that says what to do.

@@ -322,9 +322,4 @@ PROVIDER = Provider(
     status_from_hook=status_from_hook,
     reply_from_hook=stop_hook_message,
     dialog_keys=dialog_keys,
-    # An Enter that Claude drops (it does, now and then, in the first ~50 ms after it has drawn
-    # its prompt box, at start-up and after a turn) is pressed again after 0.5 s; a taken Enter
-    # shows within ~50 ms (the composer clears, UserPromptSubmit), and one pressed again after
-    # Claude took the text finds its composer empty.
-    submit_confirm_s=0.5,
 )

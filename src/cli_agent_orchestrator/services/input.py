@@ -107,6 +107,7 @@ class InputService:
                 if view is not None and view.provider.enter_after_echo
                 else None
             )
+            drawn = False
             try:
                 await self.backend.paste(window_id, neutralise(text))
                 if echo is not None and view is not None:
@@ -118,7 +119,9 @@ class InputService:
             finally:
                 if echo is not None:
                     self.bus.close_stream(echo)
-            confirm = (view.provider.submit_confirm_s if view is not None else None) or SUBMIT_CONFIRM_S
+            # A shorter wait only once the text is known to be drawn: before that, an empty
+            # composer may be one not drawn yet, not one whose text was taken.
+            confirm = (view.provider.submit_confirm_s if drawn and view is not None else None) or SUBMIT_CONFIRM_S
             for attempt in range(SUBMIT_RETRIES + 1):
                 try:
                     await self.backend.send_keys(window_id, ["Enter"])
