@@ -45,11 +45,10 @@ log = logging.getLogger(__name__)
 
 _HOOK_DECIDED = (TerminalStatus.PROCESSING, TerminalStatus.COMPLETED, TerminalStatus.IDLE)
 # A hook's "turn done" waits while the screen still reads busy: the CLIs fire their turn-end hook
-# before they draw the end (Gemini's AfterAgent comes before the answer; Claude Code, given its
-# next message while its Stop's screen was still busy, dropped the Enter), and a hook that reports
-# in a few ms gets here first. "completed" then means the CLI shows it and takes input. The first
-# screen reading that is not busy releases it; this bound is the safety net for a screen that
-# never stops reading busy.
+# before they draw the end (Gemini's AfterAgent comes before the answer, Claude Code's Stop before
+# its last draw), and a hook that reports in a few ms gets here first. "completed" then means the
+# CLI shows it. The first screen reading that is not busy releases it; this bound is the safety
+# net for a screen that never stops reading busy.
 HELD_COMPLETION_LIMIT_S = 2.0
 
 
