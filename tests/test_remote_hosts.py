@@ -400,16 +400,17 @@ def test_agents_on_a_host_survive_a_server_restart(hosted):
     assert "still there?" in hosted.client.get(f"/terminals/{tid}/output", params={"mode": "last"}).json()["output"]
 
 
-def agent_on_a_host_of_its_own(hosted, lone: Sshd, user: HostUser) -> str:
-    """Host d: `user` on a second sshd of its own (which the test may stop); an idle agent there."""
-    lone.root.mkdir()
+def agent_on_a_host_of_its_own(hosted, lone: Sshd, user: HostUser, name: str = "d", address: str = "127.0.0.1") -> str:
+    """Host `name`: `user` on an sshd of its own at `address` (which the test may stop or cut
+    off); an idle agent there."""
+    lone.root.mkdir(exist_ok=True)
     lone.start()
     user.authorize(lone.client_key.with_suffix(".pub"))
     with open(hosted.dot_ssh / "known_hosts", "a") as fh:
         fh.write(lone.known_hosts_line())
-    body = {"name": "d", "ssh": f"{user.name}@127.0.0.1:{lone.port}", "identity": str(lone.client_key)}
+    body = {"name": name, "ssh": f"{user.name}@{address}:{lone.port}", "identity": str(lone.client_key)}
     assert hosted.client.post("/hosts", json=body).status_code == 201
-    resp = hosted.client.post("/sessions", params={"agent_profile": "developer", **MOCK, "host": "d"})
+    resp = hosted.client.post("/sessions", params={"agent_profile": "developer", **MOCK, "host": name})
     assert resp.status_code == 201, resp.text
     tid = resp.json()["id"]
     hosted.wait_status(tid, "idle", timeout=30)
@@ -518,16 +519,7 @@ def test_a_network_cut_holds_messages_until_the_host_is_back(hosted, tmp_path, u
     root.mkdir()
     far = Sshd(root, (b.name,), address=ns.inside, netns=ns.name)
     try:
-        far.start()
-        b.authorize(far.client_key.with_suffix(".pub"))
-        with open(hosted.dot_ssh / "known_hosts", "a") as fh:
-            fh.write(far.known_hosts_line())
-        body = {"name": "n", "ssh": f"{b.name}@{ns.inside}:{far.port}", "identity": str(far.client_key)}
-        assert hosted.client.post("/hosts", json=body).status_code == 201
-        resp = hosted.client.post("/sessions", params={"agent_profile": "developer", **MOCK, "host": "n"})
-        assert resp.status_code == 201, resp.text
-        tid = resp.json()["id"]
-        hosted.wait_status(tid, "idle", timeout=30)
+        tid = agent_on_a_host_of_its_own(hosted, far, b, name="n", address=ns.inside)
 
         ns.cut()
         cut = wait_until(
