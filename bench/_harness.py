@@ -133,7 +133,10 @@ class Server(EventFollower):
 
 
 def report(rows: list[tuple[str, float, str]], results: dict, name: str) -> None:
-    """Print (measure, value, target) rows and write the raw figures to results/<name>.json."""
+    """Print (measure, value, target) rows and write the raw figures to results/<name>.json
+    (results/<name>_gap<seconds>s.json for turns timed with quiet before each, --gap)."""
+    if results.get("gap_s"):
+        name = f"{name}_gap{results['gap_s']:g}s"
     width = max(len(r[0]) for r in rows)
     for label, value, target in rows:
         print(f"{label:<{width}}  {round(value, 1):>8}  {target}")

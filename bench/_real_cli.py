@@ -39,6 +39,13 @@ def bench_parser(doc: str, spawns: int = 5, turns: int = 10, agents: int | None 
     ap = argparse.ArgumentParser(description=doc.split("\n")[0])
     ap.add_argument("--spawns", type=int, default=spawns)
     ap.add_argument("--turns", type=int, default=turns)
+    ap.add_argument(
+        "--gap",
+        type=float,
+        default=0.0,
+        help="seconds of quiet before each timed turn (0: back to back; a CLI's own delayed redraws"
+        " of one turn, such as Gemini's 3 s hook display, then land in the next)",
+    )
     if agents is not None:
         ap.add_argument("--agents", type=int, default=agents)
     return ap
@@ -202,22 +209,30 @@ def answered(screen: str, echo: str, reply: str, busy: str) -> bool:
     return bool(echoes) and reply in rows[echoes[-1] :] and busy not in screen
 
 
-def bare_figures(bare: BarePane, spawns: int, turns: int, pause: float = 0.0, enter_delay: float = 0.0) -> dict:
+def bare_figures(
+    bare: BarePane, spawns: int, turns: int, pause: float = 0.0, enter_delay: float = 0.0, gap: float = 0.0
+) -> dict:
     """Spawn → ready `spawns` times, then `turns` turns, in ms; `pause` seconds between the two.
-    Then `turns` more turns given as cao gives them (bare_pasted_turn_ms, see turn_pasted)."""
+    Then `turns` more turns given as cao gives them (bare_pasted_turn_ms, see turn_pasted).
+    `gap` seconds of quiet before each turn."""
     results: dict = {}
     try:
         results["bare_spawn_ms"] = [round(bare.spawn() * 1000) for _ in range(spawns)]
         if pause:
             time.sleep(pause)
-        typed = [bare.turn(n) for n in range(1, turns + 1)]
+        typed = [_after(gap, bare.turn, n) for n in range(1, turns + 1)]
         results["bare_turn_ms"] = [round(from_enter * 1000) for from_enter, _ in typed]
         results["bare_message_turn_ms"] = [round(from_typing * 1000) for _, from_typing in typed]
         pasted = range(turns + 1, 2 * turns + 1)
-        results["bare_pasted_turn_ms"] = [round(bare.turn_pasted(n, enter_delay) * 1000) for n in pasted]
+        results["bare_pasted_turn_ms"] = [round(_after(gap, bare.turn_pasted, n, enter_delay) * 1000) for n in pasted]
     finally:
         bare.close()
     return results
+
+
+def _after(gap: float, turn: Callable, *args):
+    time.sleep(gap)
+    return turn(*args)
 
 
 def agent_rss_mb(terminal_id: str, name_of: Callable[[psutil.Process], str]) -> dict[str, float]:
@@ -254,10 +269,12 @@ def cao_figures(
     turns: Iterable[int],
     name_of: Callable[[psutil.Process], str],
     wait_for_agents: bool = False,
+    gap: float = 0.0,
 ) -> dict:
     """Under a private cao-server: `spawns` agents (POST /sessions → IDLE, ms), turns n in `turns`
     ("say hello n", input → `completed` event, ms) on the first, then the RSS of each agent.
-    wait_for_agents: after the server stops, wait for its agents to end (they write into HOME while exiting)."""
+    wait_for_agents: after the server stops, wait for its agents to end (they write into HOME while exiting).
+    `gap` seconds of quiet before each turn."""
     results: dict = {}
     server = Server(0)
     try:
@@ -277,6 +294,7 @@ def cao_figures(
         results["cao_spawn_to_idle_ms"] = spawn_ms
         turn_ms = []
         for n in turns:
+            time.sleep(gap)
             server.drain()
             t0 = time.perf_counter()
             server.http.post(f"/terminals/{tids[0]}/input", json={"message": f"say hello {n}"}).raise_for_status()

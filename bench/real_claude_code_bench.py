@@ -59,17 +59,19 @@ def process_name(proc: psutil.Process) -> str:
 
 def main() -> int:
     args = bench_parser(__doc__).parse_args()
-    results: dict = {"machine": machine(), "cli_version": VERSION}
+    results: dict = {"machine": machine(), "cli_version": VERSION, "gap_s": args.gap}
     with scripted_cli("@anthropic-ai/claude-code", VERSION, "claude", "cao-bench-claude-", REPLY) as (root, work):
         # A user who has run Claude here before: onboarding done, folder trusted.
         Path(os.environ["HOME"], ".claude.json").write_text(
             json.dumps({"hasCompletedOnboarding": True, "projects": {str(work): {"hasTrustDialogAccepted": True}}})
         )
         # pause: Claude drops an Enter pressed right after its prompt box appears
-        results.update(bare_figures(ClaudePane(root, work), args.spawns, args.turns, pause=1.0))
+        results.update(bare_figures(ClaudePane(root, work), args.spawns, args.turns, pause=1.0, gap=args.gap))
         # The first cao turn includes the Enter Claude drops at start-up.
         results.update(
-            cao_figures("claude_code", work, args.spawns, range(args.turns), process_name, wait_for_agents=True)
+            cao_figures(
+                "claude_code", work, args.spawns, range(args.turns), process_name, wait_for_agents=True, gap=args.gap
+            )
         )
 
     def med(key: str, skip: int = 0) -> float:

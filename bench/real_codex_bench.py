@@ -84,12 +84,12 @@ class CodexPane(BarePane):
         return ended and "esc to interrupt" not in screen
 
 
-def bare_against_cao(spawns: int, turns: int) -> dict:
+def bare_against_cao(spawns: int, turns: int, gap: float = 0.0) -> dict:
     """The bare CLI's turns next to cao's (the same "developer" yolo agent the other benches use)."""
-    results: dict = {"machine": machine(), "cli_version": "0.171.0"}
+    results: dict = {"machine": machine(), "cli_version": "0.171.0", "gap_s": gap}
     with scripted_cli("@openai/codex", "0.171.0", "codex", "cao-bench-codex-bare-", REPLY) as (root, work):
-        results.update(bare_figures(CodexPane(root, work), spawns, turns, pause=1.0))
-        results.update(cao_figures("codex", work, spawns, range(1, turns + 1), process_name))
+        results.update(bare_figures(CodexPane(root, work), spawns, turns, pause=1.0, gap=gap))
+        results.update(cao_figures("codex", work, spawns, range(1, turns + 1), process_name, gap=gap))
     bare, cao = statistics.median(results["bare_turn_ms"]), statistics.median(results["cao_turn_ms"][1:])
     pasted = statistics.median(results["bare_pasted_turn_ms"])
     rows = [
@@ -126,7 +126,7 @@ def main() -> int:
     ap = bench_parser(__doc__, spawns=5, turns=10, agents=3)
     ap.add_argument("--json", type=Path, help="also write the raw figures here")
     args = ap.parse_args()
-    bare_against_cao(args.spawns, args.turns)
+    bare_against_cao(args.spawns, args.turns, args.gap)
     binary = npm_binary("@openai/codex", "0.171.0", "codex")
     root = Path(tempfile.mkdtemp(prefix="cao-bench-codex-"))
     results: dict = {"machine": machine(), "codex": "0.171.0"}

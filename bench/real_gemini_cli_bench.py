@@ -63,18 +63,22 @@ def process_name(proc: psutil.Process) -> str:
 
 def main() -> int:
     args = bench_parser(__doc__).parse_args()
-    results: dict = {"machine": machine(), "cli_version": VERSION}
+    results: dict = {"machine": machine(), "cli_version": VERSION, "gap_s": args.gap}
     with scripted_cli("@google/gemini-cli", VERSION, "gemini", "cao-bench-gemini-", REPLY) as (root, work):
         # cao waits for the paste's draw, then this pause; the bare turn waits the pause alone.
         enter_delay = gemini_cli.PROVIDER.pause_after_echo_s
-        results.update(bare_figures(GeminiPane(root, work), args.spawns, args.turns, enter_delay=enter_delay))
+        results.update(
+            bare_figures(GeminiPane(root, work), args.spawns, args.turns, enter_delay=enter_delay, gap=args.gap)
+        )
         # The bare CLI again with cao's hook events, each hook `true`: what Gemini's own hook
         # machinery costs a turn (spawning each hook, drawing "Executing Hook"), cao aside.
-        noop = bare_figures(GeminiPane(root, work, noop_hooks), 1, args.turns, enter_delay=enter_delay)
+        noop = bare_figures(GeminiPane(root, work, noop_hooks), 1, args.turns, enter_delay=enter_delay, gap=args.gap)
         results["bare_noop_hooks_turn_ms"] = noop["bare_turn_ms"]
         results["bare_noop_hooks_message_turn_ms"] = noop["bare_message_turn_ms"]
         # The first cao turn waits for the MCP server to connect.
-        results.update(cao_figures("gemini_cli", work, args.spawns, range(1, args.turns + 1), process_name))
+        results.update(
+            cao_figures("gemini_cli", work, args.spawns, range(1, args.turns + 1), process_name, gap=args.gap)
+        )
     report_against_bare(results, "real_gemini_cli")
     return 0
 

@@ -63,16 +63,18 @@ def process_name(proc: psutil.Process) -> str:
 
 def main() -> int:
     args = bench_parser(__doc__).parse_args()
-    results: dict = {"machine": machine(), "cli_version": VERSION}
+    results: dict = {"machine": machine(), "cli_version": VERSION, "gap_s": args.gap}
     # Qwen takes its model name from the environment.
     with scripted_cli("@qwen-code/qwen-code", VERSION, "qwen", "cao-bench-qwen-", REPLY, OPENAI_MODEL="fake-model") as (
         root,
         work,
     ):
         results.update(
-            bare_figures(QwenPane(root, work), args.spawns, args.turns, enter_delay=qwen_cli.PROVIDER.enter_delay_s)
+            bare_figures(
+                QwenPane(root, work), args.spawns, args.turns, enter_delay=qwen_cli.PROVIDER.enter_delay_s, gap=args.gap
+            )
         )
-        results.update(cao_figures("qwen_cli", work, args.spawns, range(1, args.turns + 1), process_name))
+        results.update(cao_figures("qwen_cli", work, args.spawns, range(1, args.turns + 1), process_name, gap=args.gap))
     report_against_bare(results, "real_qwen_cli")
     return 0
 

@@ -1,6 +1,7 @@
 """The status monitor's screen keeps its rows as text and re-renders only the rows pyte marks
-dirty (services/status/screen.py). Whatever output arrives, and whenever the rows are read,
-they must equal what pyte's own full `display` gives."""
+dirty, and draws one-cell text itself (services/status/screen.py). Whatever output arrives, and
+whenever the rows are read, they must equal what pyte's own full `display` gives, and every
+cell, the cursor and the dirty rows must be what pyte's own `draw` makes of it."""
 
 from __future__ import annotations
 
@@ -12,7 +13,7 @@ from cli_agent_orchestrator.services.status.screen import EmulatedScreen, render
 
 # Pieces the CLIs' output is made of: text (wide characters, combining marks, box drawing),
 # cursor moves, erases, scrolling, insert/delete, resets, alternate screen, and junk.
-TEXT = st.text(alphabet=st.sampled_from("ab Z9─│✦⠋日本😀é\u0301\t"), min_size=1, max_size=30)
+TEXT = st.text(alphabet=st.sampled_from("ab Z9qx─│✦⠋日本😀é\u0301\t\x7f"), min_size=1, max_size=30)
 ESCAPES = st.sampled_from(
     [
         "\r\n",
@@ -54,6 +55,17 @@ ESCAPES = st.sampled_from(
         "\x1b[0m",
         "\x1b[200~",
         "\x1b]0;title\x07",
+        "\x1b(0",  # DEC line drawing in G0: "q" draws "─"
+        "\x1b(B",
+        "\x1b)0",
+        "\x0e",  # shift out: G1
+        "\x0f",
+        "\x1b[4h",  # insert mode
+        "\x1b[4l",
+        "\x1b[?7l",  # no autowrap
+        "\x1b[?7h",
+        "\x1b[1;31;44m",
+        "\x1b[7m",
     ]
 )
 CHUNK = st.lists(st.one_of(TEXT, ESCAPES), min_size=1, max_size=12).map("".join)
@@ -87,6 +99,29 @@ def test_cached_rows_always_equal_a_full_render(chunks, size):
     if expected is not None:
         assert render(screen).lines == expected
         assert upper_rows(screen) == tuple(r for r in expected if r.strip())[:-2]
+
+
+class PlainScreen(pyte.Screen):
+    """pyte's own screen, with only EmulatedScreen's tolerance of private SGR sequences."""
+
+    def select_graphic_rendition(self, *attrs: int, private: bool = False) -> None:
+        if not private:
+            super().select_graphic_rendition(*attrs)
+
+
+@settings(max_examples=300, deadline=None)
+@given(chunks=st.lists(CHUNK, min_size=1, max_size=15), size=st.sampled_from([(20, 6), (12, 4), (40, 10)]))
+def test_drawing_makes_the_cells_pytes_own_draw_makes(chunks, size):
+    ours, plain = EmulatedScreen(*size), PlainScreen(*size)
+    streams = pyte.ByteStream(ours), pyte.ByteStream(plain)
+    for text in chunks:
+        for stream in streams:
+            stream.feed(text.encode("utf-8"))
+        assert (ours.cursor.x, ours.cursor.y, ours.cursor.attrs) == (plain.cursor.x, plain.cursor.y, plain.cursor.attrs)
+        assert ours.dirty >= plain.dirty  # every row pyte would re-render is re-rendered
+        columns, lines = ours.columns, ours.lines
+        for y in range(lines):
+            assert [ours.buffer[y][x] for x in range(columns)] == [plain.buffer[y][x] for x in range(columns)]
 
 
 def test_rows_follow_a_resize_and_a_reset():

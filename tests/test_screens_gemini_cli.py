@@ -37,6 +37,7 @@ def test_every_state_was_recorded() -> None:
         "error",
         "cancelled",
         "idle_yolo",
+        "composer_newline",
         "trust",
         "sign_in",
     } <= set(STATES)
@@ -49,6 +50,8 @@ def test_status_and_reply_read_from_the_recorded_screen(state: str) -> None:
     reading = read_status(Screen(lines))
     assert reading.status == TerminalStatus(expected["status"]), reading
     assert reading.composer_has_text == expected.get("composer_has_text", False)
+    if "composer_rows" in expected:  # where an Enter that became a newline is told from the rows
+        assert reading.composer_rows == expected["composer_rows"]
     assert expected.get("reason", "") in reading.reason
     if "reply" in expected:
         assert extract_reply(lines) == expected["reply"]
@@ -121,16 +124,22 @@ def test_a_cancelled_turn_is_definitely_idle() -> None:
 
 
 class _Typing:
-    """A Gemini pane as cao's input service sees it: the paste is drawn `draw_s` later; an Enter
-    starts the turn."""
+    """A Gemini pane as cao's input service sees it, read from recorded screens: the paste is
+    drawn `draw_s` later; the first `newlines` Enters become newlines (the composer grows a row),
+    BSpace takes one back, any other Enter starts the turn."""
 
-    def __init__(self, bus: EventBus, draw_s: float = 0.03):
-        self.bus, self.draw_s = bus, draw_s
-        self.lines, self.has_text = [" *   Type your message or @path/to/file"], False
+    def __init__(self, bus: EventBus, draw_s: float = 0.03, newlines: int = 0):
+        self.bus, self.draw_s, self.newlines = bus, draw_s, newlines
+        self.lines = SCREENS.lines("idle_yolo")
         self.drawn_at = 0.0
-        self.enters: list[float] = []
+        self.keys: list[tuple[float, str]] = []
+
+    @property
+    def enters(self) -> list[float]:
+        return [at for at, key in self.keys if key == "Enter"]
 
     def view(self, terminal_id: str) -> TerminalView:
+        reading = read_status(Screen(list(self.lines)))
         return TerminalView(
             status=TerminalStatus.IDLE,
             source="screen",
@@ -140,39 +149,67 @@ class _Typing:
             exited=False,
             provider=gemini_cli.PROVIDER,
             screen=Screen(list(self.lines)),
-            composer_has_text=self.has_text,
+            composer_has_text=reading.composer_has_text,
             hook_reply=None,
+            composer_rows=reading.composer_rows,
         )
+
+    def show(self, state: str) -> None:
+        self.lines = SCREENS.lines(state)
+        reading = read_status(Screen(self.lines))
+        self.bus.publish(ComposerChanged("t1", reading.composer_has_text, reading.composer_rows))
 
     async def paste(self, window_id: str, text: str) -> None:
         async def draw() -> None:
             await asyncio.sleep(self.draw_s)
-            self.lines, self.has_text = [f" * {text}"], True
+            self.show("composer")
             self.drawn_at = asyncio.get_running_loop().time()
-            self.bus.publish(ComposerChanged("t1", True))
 
         asyncio.get_running_loop().create_task(draw())
 
     async def send_keys(self, window_id: str, keys: list[str]) -> None:
-        self.enters.append(asyncio.get_running_loop().time())
-        self.bus.publish(StatusChanged("t1", TerminalStatus.PROCESSING, TerminalStatus.IDLE, "hook:BeforeAgent", "", 1))
+        for key in keys:
+            self.keys.append((asyncio.get_running_loop().time(), key))
+            if key == "BSpace":
+                self.show("composer")
+            elif self.newlines:
+                self.newlines -= 1
+                self.show("composer_newline")
+            else:
+                self.show("idle_yolo")
+                self.bus.publish(
+                    StatusChanged("t1", TerminalStatus.PROCESSING, TerminalStatus.IDLE, "hook:BeforeAgent", "", 1)
+                )
 
 
-def test_enter_follows_the_drawn_paste_by_the_pause() -> None:
-    """Gemini takes an Enter for a newline until 40 ms after it has read a paste, and the draw of
-    the paste is the first sign that it has: Enter waits for the draw, then the pause."""
-
+def _typed(pane_args: dict) -> tuple[_Typing, float]:
     async def scenario() -> tuple[_Typing, float]:
         bus = EventBus()
         bus.start()
-        pane = _Typing(bus)
+        pane = _Typing(bus, **pane_args)
         service = InputService(pane, bus, pane)  # type: ignore[arg-type]
         t0 = asyncio.get_running_loop().time()
         assert await service.submit("t1", "w", "say hello") == 1
         await bus.stop()
         return pane, t0
 
-    pane, t0 = asyncio.run(scenario())
+    return asyncio.run(scenario())
+
+
+def test_enter_follows_the_drawn_paste_by_the_pause() -> None:
+    """Gemini takes an Enter for a newline until 40 ms after it has read a paste, and the draw of
+    the paste is the first sign that it has: Enter waits for the draw, then the pause."""
+    pane, t0 = _typed({})
     assert len(pane.enters) == 1
     assert pane.enters[0] - pane.drawn_at >= gemini_cli.PROVIDER.pause_after_echo_s
     assert pane.enters[0] - t0 < SUBMIT_CONFIRM_S / 2  # no retry: the draw plus the pause
+
+
+@pytest.mark.parametrize("newlines", [1, 2])
+def test_an_enter_read_as_a_newline_is_taken_back_and_pressed_again_at_once(newlines: int) -> None:
+    """The short pause loses a race now and then: the composer grows a row instead of the turn
+    starting. The newline is taken back (BSpace) and Enter pressed again as soon as the screen
+    shows it, not after the retry wait; the text is sent without a stray newline."""
+    pane, t0 = _typed({"newlines": newlines})
+    assert [key for _, key in pane.keys] == ["Enter", *["BSpace", "Enter"] * newlines]
+    assert pane.keys[-1][0] - t0 < gemini_cli.PROVIDER.submit_confirm_s  # no retry wait was needed

@@ -17,6 +17,7 @@ import json
 import os
 import shlex
 import sys
+import time
 from collections.abc import Callable
 from pathlib import Path
 
@@ -91,7 +92,7 @@ def main() -> int:
             args.out,
             "composer",
             pane.wait("please say hello", absent=(PLACEHOLDER,)),
-            {"status": "idle", "composer_has_text": True},
+            {"status": "idle", "composer_has_text": True, "composer_rows": 2},
         )
         pane.keys("Enter")
         save(
@@ -144,6 +145,16 @@ def main() -> int:
         yolo = launch(root, "yolo", model, yolo=True)
         panes.append(yolo)
         save(args.out, "idle_yolo", yolo.wait(PLACEHOLDER, timeout=60), {"status": "idle"})
+        # An Enter within 30 ms of a typed key is a newline to Gemini: the composer grows a row.
+        yolo.keys("-l", "say hello", ";", "send-keys", "-t", _pane.SESSION, "Enter")
+        yolo.wait("say hello")
+        time.sleep(1)  # nothing else follows (a submitted turn would show its answer by now)
+        save(
+            args.out,
+            "composer_newline",
+            yolo.wait("say hello", absent=(PLACEHOLDER, "✦")),
+            {"status": "idle", "composer_has_text": True, "composer_rows": 3},
+        )
 
         trust = launch(
             root, "trust", model, yolo=False, patch=lambda s: s["security"]["folderTrust"].update(enabled=True)

@@ -106,10 +106,12 @@ class ScreenSnapshot(Event):
 @dataclass(frozen=True)
 class ComposerChanged(Event):
     """The agent's composer (its input line) now holds unsubmitted text, or no longer does,
-    as the screen reads. A paste has been drawn once it holds text."""
+    or its text takes another number of rows, as the screen reads. A paste has been drawn
+    once it holds text."""
 
     terminal_id: str
     has_text: bool
+    rows: int = 0  # rows its text takes on screen, where the provider can tell (0: it cannot)
 
     @property
     def topic(self) -> str:

@@ -36,6 +36,9 @@ class StatusReading:
     status: TerminalStatus
     reason: str = ""  # human-readable cause, mostly for ERROR
     composer_has_text: bool = False  # typed input sits unsubmitted at the prompt
+    # How many screen rows the composer's text takes, where the provider can tell (0: it
+    # cannot). One more row after an Enter, with the text still there: the Enter became a newline.
+    composer_rows: int = 0
     # The screen is certain (e.g. a turn was interrupted and no hook will say so):
     # let it through even when hooks decide busy/done/idle.
     definite: bool = False

@@ -195,6 +195,14 @@ def _dialog(rows: list[str]) -> StatusReading | None:
     return StatusReading(TerminalStatus.WAITING_USER_ANSWER, box_question(box, _OPTION))
 
 
+def _composer_rows(rows: list[str], prompt: int) -> int:
+    """Rows from the prompt row to the footer (continuation rows start with three spaces, and
+    a blank row precedes the footer); 0 without a footer (`ui.hideFooter`). An Enter that
+    Gemini reads as a newline adds a blank row."""
+    footer = next((i for i in range(prompt + 1, len(rows)) if rows[i] and not rows[i].startswith("   ")), None)
+    return 0 if footer is None else footer - prompt
+
+
 def read_status(screen: Screen) -> StatusReading:
     rows = [row.rstrip() for row in screen.lines]
     rule = last_index(rows, lambda r: bool(_RULE.match(r)))
@@ -203,12 +211,13 @@ def read_status(screen: Screen) -> StatusReading:
         return _dialog(rows) or StatusReading(TerminalStatus.UNKNOWN)
     typed = rows[prompt][3:].strip(" \u200b")  # a zero-width space can stand for the cursor
     has_text = bool(typed) and not typed.startswith(_PLACEHOLDER)
+    composer = _composer_rows(rows, prompt) if has_text else 0
     history = rows[:rule]
     if any(_BUSY.match(row) for row in history[-3:]):
-        return StatusReading(TerminalStatus.PROCESSING, composer_has_text=has_text)
+        return StatusReading(TerminalStatus.PROCESSING, composer_has_text=has_text, composer_rows=composer)
     asked = _dialog(history)
     if asked is not None:
-        return StatusReading(asked.status, asked.reason, composer_has_text=has_text)
+        return StatusReading(asked.status, asked.reason, composer_has_text=has_text, composer_rows=composer)
     asked_at, answer = last_turn(history, _PROMPT, _ANSWER)
     # What came after the last answer, or after the prompt. Before the first prompt an "✕" row is
     # a start-up notice (an MCP server that failed), not a failed turn.
@@ -219,12 +228,16 @@ def read_status(screen: Screen) -> StatusReading:
     tail = trim(history[after:], _STATUS_ROW)
     failed = next((r for r in tail if r.startswith(_ERROR)), None)
     if failed is not None:
-        return StatusReading(TerminalStatus.ERROR, failed[2:].strip(), composer_has_text=has_text)
+        return StatusReading(
+            TerminalStatus.ERROR, failed[2:].strip(), composer_has_text=has_text, composer_rows=composer
+        )
     if any(r.startswith(_CANCELLED) for r in tail):
         # No hook reports a cancelled turn (Esc, a declined permission): the screen is certain.
-        return StatusReading(TerminalStatus.IDLE, "the request was cancelled", has_text, definite=True)
+        cancelled = "the request was cancelled"
+        return StatusReading(TerminalStatus.IDLE, cancelled, has_text, composer_rows=composer, definite=True)
     done = answer is not None and not has_text
-    return StatusReading(TerminalStatus.COMPLETED if done else TerminalStatus.IDLE, composer_has_text=has_text)
+    status = TerminalStatus.COMPLETED if done else TerminalStatus.IDLE
+    return StatusReading(status, composer_has_text=has_text, composer_rows=composer)
 
 
 def extract_reply(history_lines: list[str]) -> str | None:
@@ -248,19 +261,20 @@ PROVIDER = Provider(
     # Gemini 0.61 turns an Enter into a newline for 40 ms after it has *read* a paste (without the
     # kitty keyboard protocol, which tmux does not offer, a paste is "unsafe": InputPrompt sets
     # recentUnsafePasteTime and clears it with a 40 ms timer; KeypressContext's bufferFastReturn
-    # also makes an Enter within 30 ms of the paste a Shift+Enter). A pause counted from cao's
-    # paste raced Gemini's own reading of it (3 turns in 8 under load took the 1.5 s retry); the
-    # paste's draw comes after Gemini read it, so the pause runs from the echo (the 40 ms timer
-    # starts before the draw). 40 back-to-back turns with the echo seen within a few ms of its
-    # draw: a 50 ms pause left 6 Enters read as newlines, 70 ms 1, 90 ms none but every turn
-    # 40 ms longer; 70 ms is the cheapest on average.
+    # also makes an Enter within 30 ms of the paste a Shift+Enter). The paste's draw comes after
+    # Gemini read it, so the pause runs from the echo. No pause is exact (the timer's re-render
+    # re-subscribes the key handler in a passive effect, which Node may run after reading the
+    # Enter), so the input service also watches for the newline: the composer grows a row
+    # (composer_rows), and it presses BSpace, then Enter again (~100 ms in all, where waiting for
+    # a retry took 400 ms or more). Newlines in 30 turns given the moment the last one completed:
+    # after a 30 ms pause 27 (median turn 319 ms), 50 ms 7 (300 ms), 70 ms 3 (272 ms); with 50 ms
+    # of quiet before each turn, 30 ms was best (9–15 in 40, 252 ms; 70 ms: 0, 258–281 ms).
+    # A busy Gemini reads its paste later, and an agent's next message often comes at once: 70 ms.
     enter_after_echo=True,
     enter_delay_s=0.5,  # at most, for the echo
     pause_after_echo_s=0.07,
-    # Not exact: the timer's re-render re-subscribes the key handler in a passive effect, which
-    # Node may run after reading the Enter, and that Enter becomes a newline. A taken Enter
-    # clears the composer within ~40 ms and BeforeAgent follows, so an Enter without effect
-    # after 0.4 s is pressed again (the text then ends in a newline). A second Enter that Gemini
-    # reads after taking the first finds the composer empty: nothing happens.
+    # A taken Enter clears the composer within ~40 ms and BeforeAgent follows, so an Enter without
+    # any effect after 0.4 s is pressed again. A second Enter that Gemini reads after taking the
+    # first finds the composer empty: nothing happens.
     submit_confirm_s=0.4,
 )

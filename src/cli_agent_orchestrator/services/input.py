@@ -30,6 +30,8 @@ log = logging.getLogger(__name__)
 
 SUBMIT_CONFIRM_S = 1.5  # how long one Enter may take to show any effect
 SUBMIT_RETRIES = 3
+# What an Enter did, as the screen and the hooks tell.
+_STARTED, _NEWLINE, _NO_EFFECT = "started", "newline", "no effect"
 
 _C0_OR_C1 = re.compile("[\x00-\x08\x0b-\x1f\x7f\x80-\x9f]")
 
@@ -98,7 +100,9 @@ class InputService:
         """
         turn = self._turns.get(terminal_id, 0) + 1
         self._turns[terminal_id] = turn
-        stream = self.bus.open_stream(f"submit:{terminal_id}", f"terminal.{terminal_id}.status", 1 << 20)
+        stream = self.bus.open_stream(
+            f"submit:{terminal_id}", f"terminal.{terminal_id}.*", 1 << 20, kinds=(StatusChanged, ComposerChanged)
+        )
         try:
             self.bus.publish(InputSubmitted(terminal_id, turn))
             view = self.monitor.view(terminal_id)
@@ -122,6 +126,9 @@ class InputService:
             # A shorter wait only once the text is known to be drawn: before that, an empty
             # composer may be one not drawn yet, not one whose text was taken.
             confirm = (view.provider.submit_confirm_s if drawn and view is not None else None) or SUBMIT_CONFIRM_S
+            # The rows the text takes now: one more after an Enter means it became a newline.
+            view = self.monitor.view(terminal_id)
+            rows = view.composer_rows if view is not None and view.composer_has_text else 0
             for attempt in range(SUBMIT_RETRIES + 1):
                 try:
                     await self.backend.send_keys(window_id, ["Enter"])
@@ -129,8 +136,19 @@ class InputService:
                     if attempt == 0:
                         raise
                     return turn  # the agent ended after an Enter (an exit command): the monitor says so
-                if await self._confirmed(stream, turn, confirm):
+                outcome = await self._confirmed(stream, turn, confirm, rows + 1 if rows else 0)
+                if outcome == _STARTED:
                     return turn
+                if outcome == _NEWLINE:
+                    # The Enter became a newline (a CLI's paste guard): take it back, and press
+                    # Enter again once the composer shows it gone (so a second newline shows too).
+                    log.info("terminal %s: Enter read as a newline (attempt %d), taken back", terminal_id, attempt + 1)
+                    try:
+                        await self.backend.send_keys(window_id, ["BSpace"])
+                    except AgentExited:
+                        return turn
+                    if await self._composer_rows(stream, rows, confirm):
+                        continue
                 view = self.monitor.view(terminal_id)
                 if view is None or view.exited or not view.composer_has_text:
                     # Nothing left in the composer: the agent took the text but is slow
@@ -153,15 +171,28 @@ class InputService:
                 return True
         return False
 
-    async def _confirmed(self, stream, turn: int, limit: float) -> bool:
+    async def _composer_rows(self, stream, rows: int, limit: float) -> bool:
+        """Until the composer's text takes `rows` rows again (True) or `limit` s have passed."""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + limit
+        while (event := await self.bus.next_event(stream, deadline - loop.time())) is not None:
+            if isinstance(event, ComposerChanged) and event.has_text and event.rows == rows:
+                return True
+        return False
+
+    async def _confirmed(self, stream, turn: int, limit: float, newline_rows: int) -> str:
+        """_STARTED once the agent shows the turn; _NEWLINE when the composer grew to
+        `newline_rows` rows (0: not watched) with its text still there; after `limit` s, _NO_EFFECT."""
         loop = asyncio.get_running_loop()
         deadline = loop.time() + limit
         while True:
             event = await self.bus.next_event(stream, deadline - loop.time())
             if event is None:
-                return False
+                return _NO_EFFECT
             if isinstance(event, StatusChanged) and event.turn >= turn:
-                return True
+                return _STARTED
+            if isinstance(event, ComposerChanged) and newline_rows and event.has_text and event.rows == newline_rows:
+                return _NEWLINE
 
     async def next_turn(self, terminal_id: str) -> int:
         """Count a turn that was started by keys rather than a paste (a dialog answer)."""

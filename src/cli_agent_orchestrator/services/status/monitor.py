@@ -129,6 +129,7 @@ class StatusMonitor:
             term.composer_has_text,
             term.hook_reply,
             term.status_since,
+            term.composer_rows,
         )
 
     # --- consumers (registered in bootstrap) ------------------------------------
@@ -291,9 +292,10 @@ class StatusMonitor:
         except Exception:
             log.exception("provider %s read_status failed", term.provider.name)
             return
-        if term.composer_has_text != reading.composer_has_text:
-            term.composer_has_text = reading.composer_has_text
-            self.bus.publish(ComposerChanged(terminal_id, reading.composer_has_text))
+        composer = (reading.composer_has_text, reading.composer_rows)
+        if (term.composer_has_text, term.composer_rows) != composer:
+            term.composer_has_text, term.composer_rows = composer
+            self.bus.publish(ComposerChanged(terminal_id, *composer))
         new = reading.status
         if term.reread:
             # Back from an unreachable host: the screen as it is now is the status.

@@ -4,6 +4,9 @@ and providers read the `Screen` a human would see, not raw escape bytes.
 Reading the screen is on the path of every turn (each output chunk is judged), and pyte's
 `display` re-renders all cells of all rows every time: ~7 ms for 220×50, on the event loop.
 So the screen keeps its rows as text and re-renders only the rows pyte marked dirty.
+Drawing is the other cost: pyte builds a new cell (a namedtuple) for every character drawn,
+and a CLI that redraws its whole screen each frame (Gemini) sends thousands a frame. Text of
+one-cell characters is drawn here with cells shared per (attributes, character).
 """
 
 from __future__ import annotations
@@ -12,6 +15,7 @@ import unicodedata
 from functools import lru_cache
 
 import pyte
+from pyte import modes
 from wcwidth import wcwidth
 
 from ...providers.base import Screen
@@ -22,21 +26,41 @@ def _is_wide(char: str) -> bool:
     return wcwidth(char) == 2
 
 
+@lru_cache(maxsize=4096)
+def _is_narrow(char: str) -> bool:
+    return wcwidth(char) == 1
+
+
 def row_text(line: dict, columns: int) -> str:
     """One row as pyte's `display` gives it, right-trimmed: a wide character's stub cell is
     skipped; cells never written are blanks, so the row ends at the last written one."""
     if not line:
         return ""
+    cells = [line[x].data for x in range(min(columns, max(line) + 1))]
+    text = "".join(cells)
+    if text.isascii():  # no wide character, so no stub cell to skip
+        return text.rstrip()
     out = []
     skip = False
-    for x in range(min(columns, max(line) + 1)):
+    for data in cells:
         if skip:
             skip = False
             continue
-        data = line[x].data
         out.append(data)
-        skip = bool(data) and _is_wide(data[0])
+        skip = bool(data) and not data.isascii() and _is_wide(data[0])
     return "".join(out).rstrip()
+
+
+class _Cells(dict):
+    """The cells of one set of attributes, by character, made once: cells are immutable."""
+
+    def __init__(self, attrs: pyte.screens.Char):
+        super().__init__()
+        self.attrs = attrs
+
+    def __missing__(self, char: str) -> pyte.screens.Char:
+        cell = self[char] = self.attrs._replace(data=char)
+        return cell
 
 
 class EmulatedScreen(pyte.Screen):
@@ -47,6 +71,7 @@ class EmulatedScreen(pyte.Screen):
     def __init__(self, columns: int, lines: int):
         self._rows: list[str] = []
         self._rows_columns = 0
+        self._cells: dict[pyte.screens.Char, _Cells] = {}
         super().__init__(columns, lines)
 
     def select_graphic_rendition(self, *attrs: int, private: bool = False) -> None:
@@ -54,12 +79,38 @@ class EmulatedScreen(pyte.Screen):
             super().select_graphic_rendition(*attrs)
 
     def draw(self, data: str) -> None:
+        text = data.translate(self.g1_charset if self.charset else self.g0_charset)
+        if (text.isascii() and text.isprintable()) or all(map(_is_narrow, text)):
+            if modes.DECAWM in self.mode and modes.IRM not in self.mode:
+                self._draw_narrow(text)
+                return
         top = self.cursor.y
         super().draw(data)
         if not data.isascii() and any(unicodedata.combining(c) for c in data):
             # pyte joins a combining mark that begins a row to the last cell of the row above
             # without marking that row dirty.
             self.dirty.update(range(max(top - 1, 0), self.cursor.y + 1))
+
+    def _draw_narrow(self, text: str) -> None:
+        """pyte's `draw` for one-cell characters with autowrap on and insert mode off (the
+        case of nearly all output): the same cells, cursor and dirty rows, a row at a time."""
+        cursor, columns = self.cursor, self.columns
+        cells = self._cells.get(cursor.attrs)
+        if cells is None:
+            if len(self._cells) > 256:  # attributes seen come and go (colours); keep few
+                self._cells.clear()
+            cells = self._cells[cursor.attrs] = _Cells(cursor.attrs)
+        done = 0
+        while done < len(text):
+            if cursor.x == columns:
+                self.dirty.add(cursor.y)
+                self.carriage_return()
+                self.linefeed()
+            piece = text[done : done + columns - cursor.x]
+            self.buffer[cursor.y].update(zip(range(cursor.x, cursor.x + len(piece)), map(cells.__getitem__, piece)))
+            cursor.x += len(piece)
+            done += len(piece)
+        self.dirty.add(cursor.y)
 
     def rows(self) -> list[str]:
         """The rows as text, right-trimmed. Only the rows pyte marked dirty since the last call

@@ -26,3 +26,4 @@ class TerminalView:
     composer_has_text: bool  # typed input sits unsubmitted at the prompt
     hook_reply: str | None  # the turn's answer as the CLI's turn-end hook gave it, if it did
     status_since: float = 0.0  # wall-clock time of the last status change (0: not known)
+    composer_rows: int = 0  # rows the composer's text takes on screen (0: the provider cannot tell)

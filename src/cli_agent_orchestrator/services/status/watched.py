@@ -56,6 +56,7 @@ class WatchedTerminal:
     exited: bool = False
     reread: bool = False  # its host was unreachable: the next screen reading decides, once
     composer_has_text: bool = False
+    composer_rows: int = 0
     status_at_submit: TerminalStatus = TerminalStatus.UNKNOWN
     upper_at_submit: tuple[str, ...] = ()
     busy_at_submit: bool = False  # the hooks had ended the last turn, its busy screen was still up
