@@ -303,3 +303,24 @@ def test_a_pasted_message_reaches_the_pane_exactly_by_either_path(tmux_env, tmp_
             await backend.stop()
 
     run(scenario())
+
+
+def test_a_cancelled_client_process_is_ended_with_its_caller():
+    """A caller cancelled while its tmux client runs (a stopped backend, a dropped request)
+    takes the client with it: no process left running with pipes that outlive the loop."""
+    import psutil
+
+    from cli_agent_orchestrator.backends.tmux_process import run_client
+
+    async def scenario() -> list[psutil.Process]:
+        call = asyncio.get_running_loop().create_task(run_client(["sleep"], ("30",)))
+        await asyncio.sleep(0.3)
+        started = [p for p in psutil.Process().children() if p.name() == "sleep"]
+        call.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await call
+        return started
+
+    started = asyncio.run(scenario())
+    assert len(started) == 1
+    assert not started[0].is_running()  # killed and reaped, not a zombie

@@ -37,6 +37,13 @@ async def run_client(argv: list[str], args: tuple[str, ...], input_bytes: bytes 
         proc.kill()
         await proc.wait()
         return Reply(False, [], f"tmux did not answer within {PROCESS_TIMEOUT_S:.0f}s")
+    except asyncio.CancelledError:
+        # The caller is gone (a stopped backend, a dropped request): so is its client, not
+        # left running with open pipes that outlive the loop.
+        if proc.returncode is None:
+            proc.kill()
+            await proc.communicate()
+        raise
     lines = out.decode("utf-8", errors="replace").splitlines()
     return Reply(proc.returncode == 0, [lines] if lines else [], err.decode(errors="replace"))
 
