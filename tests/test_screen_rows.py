@@ -110,11 +110,18 @@ class PlainScreen(pyte.Screen):
 
 
 @settings(max_examples=300, deadline=None)
-@given(chunks=st.lists(CHUNK, min_size=1, max_size=15), size=st.sampled_from([(20, 6), (12, 4), (40, 10)]))
+@given(
+    chunks=st.lists(st.tuples(CHUNK, st.sampled_from([None, None, None, (6, 20), (4, 12), (10, 40), (5, 7)]))),
+    size=st.sampled_from([(20, 6), (12, 4), (40, 10)]),
+)
 def test_drawing_makes_the_cells_pytes_own_draw_makes(chunks, size):
+    """Resizes too: one to fewer columns leaves the cursor beyond the last column."""
     ours, plain = EmulatedScreen(*size), PlainScreen(*size)
     streams = pyte.ByteStream(ours), pyte.ByteStream(plain)
-    for text in chunks:
+    for text, resize in chunks:
+        if resize is not None:
+            ours.resize(*resize)
+            plain.resize(*resize)
         for stream in streams:
             stream.feed(text.encode("utf-8"))
         assert (ours.cursor.x, ours.cursor.y, ours.cursor.attrs) == (plain.cursor.x, plain.cursor.y, plain.cursor.attrs)
@@ -122,6 +129,15 @@ def test_drawing_makes_the_cells_pytes_own_draw_makes(chunks, size):
         columns, lines = ours.columns, ours.lines
         for y in range(lines):
             assert [ours.buffer[y][x] for x in range(columns)] == [plain.buffer[y][x] for x in range(columns)]
+
+
+def test_text_drawn_after_a_resize_left_the_cursor_beyond_the_last_column():
+    ours, plain = EmulatedScreen(20, 3), PlainScreen(20, 3)
+    for screen in (ours, plain):
+        pyte.ByteStream(screen).feed(b"x" * 18)
+        screen.resize(3, 10)  # lines, columns: the cursor stays at column 18
+        pyte.ByteStream(screen).feed(b"abc")
+    assert ours.display == plain.display and (ours.cursor.x, ours.cursor.y) == (plain.cursor.x, plain.cursor.y)
 
 
 def test_rows_follow_a_resize_and_a_reset():

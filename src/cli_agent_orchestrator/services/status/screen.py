@@ -81,7 +81,8 @@ class EmulatedScreen(pyte.Screen):
     def draw(self, data: str) -> None:
         text = data.translate(self.g1_charset if self.charset else self.g0_charset)
         if (text.isascii() and text.isprintable()) or all(map(_is_narrow, text)):
-            if modes.DECAWM in self.mode and modes.IRM not in self.mode:
+            # (A resize to fewer columns leaves the cursor beyond the last one: pyte's case.)
+            if modes.DECAWM in self.mode and modes.IRM not in self.mode and self.cursor.x <= self.columns:
                 self._draw_narrow(text)
                 return
         top = self.cursor.y
