@@ -44,7 +44,7 @@ def bench_parser(doc: str, spawns: int = 5, turns: int = 10, agents: int | None 
         type=float,
         default=0.0,
         help="seconds of quiet before each timed turn (0: back to back; a CLI's own delayed redraws"
-        " of one turn, such as Gemini's 3 s hook display, then land in the next)",
+        " of one turn then land in the next)",
     )
     if agents is not None:
         ap.add_argument("--agents", type=int, default=agents)
@@ -95,16 +95,6 @@ def drop_hooks(settings_path: Path) -> None:
     """Take cao's hooks out of a launch's settings file: the bare CLI's own time has no cao-hook runs."""
     settings = json.loads(settings_path.read_text())
     settings.pop("hooks")
-    settings_path.write_text(json.dumps(settings))
-
-
-def noop_hooks(settings_path: Path) -> None:
-    """Keep cao's hook events in a launch's settings file but make each hook `true`: the bare CLI
-    then pays what its own hook machinery costs per event, and nothing of cao's."""
-    settings = json.loads(settings_path.read_text())
-    for definitions in settings["hooks"].values():
-        for definition in definitions:
-            definition["hooks"] = [{"type": "command", "name": "cao-hook", "command": "true", "timeout": 5000}]
     settings_path.write_text(json.dumps(settings))
 
 
@@ -335,14 +325,6 @@ def report_against_bare(results: dict, name: str) -> None:
                 "  over the bare turn given as cao gives it, ms",
                 median(results["cao_turn_ms"]) - median(results["bare_pasted_turn_ms"]),
                 "",
-            ),
-            *(
-                [
-                    ("bare turn from the first key, hooks kept as `true`, median ms", median(noop), ""),
-                    ("  cao turn over that, ms", median(results["cao_turn_ms"]) - median(noop), ""),
-                ]
-                if (noop := results.get("bare_noop_hooks_message_turn_ms"))
-                else []
             ),
             ("RSS per agent (CLI + MCP server), MB", median(rss), ""),
         ],

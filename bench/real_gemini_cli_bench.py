@@ -26,8 +26,6 @@ from _real_cli import (  # noqa: E402
     bare_figures,
     bench_parser,
     cao_figures,
-    drop_hooks,
-    noop_hooks,
     report_against_bare,
     scripted_cli,
 )
@@ -44,9 +42,8 @@ class GeminiPane(BarePane):
     enter_pause = 0.5  # Gemini ignores an Enter that follows typed text too closely (it looks pasted)
     remove_socket = True
 
-    def __init__(self, root: Path, workdir: Path, hooks=drop_hooks):
-        launch = gemini_cli.build_launch(bare_context(root, workdir))
-        hooks(Path(launch.env["GEMINI_CLI_HOME"]) / ".gemini" / "settings.json")
+    def __init__(self, root: Path, workdir: Path):
+        launch = gemini_cli.build_launch(bare_context(root, workdir))  # cao adds no hooks to Gemini
         super().__init__("gemini", launch.env, launch.argv, workdir)
 
     def ready(self, screen: str) -> bool:
@@ -70,11 +67,6 @@ def main() -> int:
         results.update(
             bare_figures(GeminiPane(root, work), args.spawns, args.turns, enter_delay=enter_delay, gap=args.gap)
         )
-        # The bare CLI again with cao's hook events, each hook `true`: what Gemini's own hook
-        # machinery costs a turn (spawning each hook, drawing "Executing Hook"), cao aside.
-        noop = bare_figures(GeminiPane(root, work, noop_hooks), 1, args.turns, enter_delay=enter_delay, gap=args.gap)
-        results["bare_noop_hooks_turn_ms"] = noop["bare_turn_ms"]
-        results["bare_noop_hooks_message_turn_ms"] = noop["bare_message_turn_ms"]
         # The first cao turn waits for the MCP server to connect.
         results.update(
             cao_figures("gemini_cli", work, args.spawns, range(1, args.turns + 1), process_name, gap=args.gap)

@@ -147,7 +147,7 @@ class NodeCli:
     package: str
     version: str
     binary: str  # also the name of its script at the scripted model
-    turn_end_source: str  # the hook that ends a text turn
+    turn_end_source: str  # the CLI's own signal that ends a text turn (a hook, its title)
     allow_answer: str  # what answer_user_prompt sends to allow a tool once
     after_decline: str  # the status a declined permission leaves
     worker_rule: dict  # the scripted model's rule for this CLI as the worker of a mock supervisor
@@ -165,9 +165,9 @@ GEMINI = NodeCli(
     package="@google/gemini-cli",
     version="0.61.0",
     binary="gemini",
-    turn_end_source="hook:AfterAgent",  # Gemini's own AfterAgent hook (through cao-hook), not the screen
+    turn_end_source="title",  # Gemini's own status in its terminal title ("◇  Ready"), not the screen
     allow_answer="yes",  # the provider turns "yes" into the key "1" ("Allow once") for Gemini's option menu
-    after_decline="idle",  # Gemini shows the turn as cancelled; no hook fires, the screen says idle (definite)
+    after_decline="idle",  # Gemini shows the turn as cancelled; its title says Ready, the screen says how (idle)
     worker_rule={
         "match": r"Assigned by terminal (?P<sup>[a-f0-9]{8})",
         "steps": [
@@ -321,7 +321,7 @@ def test_text_turn_completes_with_the_exact_answer_then_delete_leaves_no_process
     term = start(cao, cli)
     cao.send(term["id"], "please greet the tester")
     cao.wait_status(term["id"], "completed", timeout=TURN_S)
-    # The CLI's own hook ended the turn, not the screen.
+    # The CLI's own signal (a hook, its title) ended the turn, not the screen.
     assert cao.client.get(f"/terminals/{term['id']}").json()["status_source"] == cli.turn_end_source
     assert last_reply(cao, term["id"]) == "Hello from the scripted model.\nSecond line, exact."
     delete_and_check_nothing_left(cao, term["id"])

@@ -8,6 +8,7 @@ upgrade, re-record and run this file to see at once which reading broke.
 from __future__ import annotations
 
 import asyncio
+from pathlib import Path
 
 import pytest
 from screen_fixtures import ScreenFixtures
@@ -16,8 +17,8 @@ from cli_agent_orchestrator.bus import EventBus
 from cli_agent_orchestrator.events import ComposerChanged, StatusChanged
 from cli_agent_orchestrator.models import TerminalStatus
 from cli_agent_orchestrator.providers import gemini_cli
-from cli_agent_orchestrator.providers.base import Screen
-from cli_agent_orchestrator.providers.gemini_cli import dialog_keys, extract_reply, read_status, status_from_hook
+from cli_agent_orchestrator.providers.base import Screen, StatusReading
+from cli_agent_orchestrator.providers.gemini_cli import dialog_keys, extract_reply, read_status, status_from_title
 from cli_agent_orchestrator.services.input import SUBMIT_CONFIRM_S, InputService
 from cli_agent_orchestrator.services.status.view import TerminalView
 
@@ -96,14 +97,43 @@ def test_no_composer_and_no_dialog_is_still_starting() -> None:
     assert read_status(Screen(["", " Gemini CLI v0.61.0", ""])).status == TerminalStatus.UNKNOWN
 
 
-def test_hooks_map_to_statuses() -> None:
-    assert status_from_hook("BeforeAgent", {}).status == TerminalStatus.PROCESSING
-    assert status_from_hook("AfterTool", {}).status == TerminalStatus.PROCESSING
-    assert status_from_hook("AfterAgent", {"prompt_response": "Done."}).status == TerminalStatus.COMPLETED
-    assert status_from_hook("AfterAgent", {"prompt_response": "[no response text]"}).status == TerminalStatus.ERROR
-    # The permission dialog is read from the screen (the hook fires before it takes keys).
-    assert status_from_hook("Notification", {"notification_type": "ToolPermission"}) is None
-    assert status_from_hook("SessionStart", {}) is None
+# Titles as Gemini 0.61 writes them (padded to 80 columns), for a working directory "work".
+READY, WORKING, ASKING = "◇  Ready (work)".ljust(80), "✦  Working… (work)".ljust(80), "✋  Action Required (work)"
+
+
+def test_titles_map_to_statuses() -> None:
+    busy = StatusReading(TerminalStatus.PROCESSING)
+    assert status_from_title(WORKING, READY) == busy
+    assert status_from_title("✦  Reading the files (work)", WORKING) == busy  # showStatusInTitle: the thought
+    assert status_from_title("⏲  Working… (work)", WORKING) == busy  # a shell that prints nothing
+    assert status_from_title(READY, WORKING) == StatusReading(TerminalStatus.COMPLETED)
+    assert status_from_title(READY, ASKING) == StatusReading(TerminalStatus.COMPLETED)  # declined: the screen decides
+    # Ready at start-up, or after a title that is not Gemini's (tmux's default: the host name), says nothing:
+    # the screen tells when the composer takes input.
+    assert status_from_title(READY, None) is None
+    assert status_from_title(READY, "buildhost") is None
+    # The confirmation dialog is read from the screen (it takes keys a moment after the title).
+    assert status_from_title(ASKING, WORKING) is None
+    assert status_from_title("Gemini CLI (work)", READY) is None  # ui.dynamicWindowTitle off: no status
+
+
+def test_the_launch_keeps_the_status_title_on_and_adds_no_hooks(tmp_path) -> None:
+    """A user's `ui.hideWindowTitle` or `ui.dynamicWindowTitle: false` would silence the title
+    cao reads; cao's overlay turns both back, and configures no hook of its own."""
+    import json
+
+    from cli_agent_orchestrator.providers.base import LaunchContext
+
+    home = tmp_path / "home"
+    (home / ".gemini").mkdir(parents=True)
+    (home / ".gemini" / "settings.json").write_text(
+        json.dumps({"ui": {"hideWindowTitle": True, "dynamicWindowTitle": False}})
+    )
+    ctx = LaunchContext("0123abcd", "dev", "", str(tmp_path), tmp_path / "cao", environ={"GEMINI_CLI_HOME": str(home)})
+    launch = gemini_cli.build_launch(ctx)
+    settings = json.loads((Path(launch.env["GEMINI_CLI_HOME"]) / ".gemini" / "settings.json").read_text())
+    assert settings["ui"]["hideWindowTitle"] is False and settings["ui"]["dynamicWindowTitle"] is True
+    assert "hooks" not in settings
 
 
 def test_dialogs_are_answered_with_menu_keys() -> None:
@@ -177,9 +207,7 @@ class _Typing:
                 self.show("composer_newline")
             else:
                 self.show("idle_yolo")
-                self.bus.publish(
-                    StatusChanged("t1", TerminalStatus.PROCESSING, TerminalStatus.IDLE, "hook:BeforeAgent", "", 1)
-                )
+                self.bus.publish(StatusChanged("t1", TerminalStatus.PROCESSING, TerminalStatus.IDLE, "title", "", 1))
 
 
 def _typed(pane_args: dict) -> tuple[_Typing, float]:

@@ -143,3 +143,81 @@ def test_a_turn_end_waits_for_the_screen_and_a_stale_busy_screen_never_starts_th
         assert seen[-1] == (TerminalStatus.PROCESSING, "hook:UserPromptSubmit", 2), seen
 
     asyncio.run(scenario())
+
+
+def test_gemini_s_title_carries_its_turns_and_the_screen_says_how_one_ended(tmp_path: Path):
+    """Gemini sets its title to Working/Ready as its state changes (no hook: each costs Gemini
+    40–110 ms a turn). The title is read from the output stream in order with the screen, also
+    when split across reads or found in a snapshot after a flood; a Ready while the screen still
+    reads busy waits for it; an error or a cancelled turn on the screen decides how a turn ended."""
+    from screen_fixtures import ScreenFixtures
+
+    from cli_agent_orchestrator.events import InputSubmitted, ScreenSnapshot, TerminalOutput
+    from cli_agent_orchestrator.providers import gemini_cli
+
+    screens = ScreenFixtures("gemini_cli", rows=50)
+    ready, working = "◇  Ready (work)".ljust(80), "✦  Working… (work)".ljust(80)
+
+    def snapshot(state: str, title: str | None = None) -> ScreenSnapshot:
+        return ScreenSnapshot(TID, "\n".join(screens.lines(state)), 0, 0, title)
+
+    def title(text: str) -> bytes:
+        return b"\x1b]0;" + text.encode() + b"\x07"
+
+    async def scenario() -> list[tuple[TerminalStatus, str, int, str]]:
+        async with _monitored(tmp_path, gemini_cli.PROVIDER, initial=TerminalStatus.IDLE) as (bus, stream):
+            seen: list[tuple[TerminalStatus, str, int, str]] = []
+
+            async def settle() -> list[tuple[TerminalStatus, str, int, str]]:
+                while (event := await bus.next_event(stream, 0.3)) is not None:
+                    if isinstance(event, StatusChanged):
+                        seen.append((event.status, event.source, event.turn, event.reason))
+                return seen
+
+            bus.publish(snapshot("idle_yolo"))
+            bus.publish(TerminalOutput(TID, title(ready)))  # start-up: the screen tells when it is ready
+            assert await settle() == [], seen
+
+            # Turn 1: the title, split across two reads, starts it; Ready while the spinner is
+            # still drawn waits for the answer's draw.
+            bus.publish(InputSubmitted(TID, 1))
+            data = title(working)
+            bus.publish(TerminalOutput(TID, data[:6]))
+            bus.publish(TerminalOutput(TID, data[6:]))
+            await settle()
+            assert seen[-1] == (TerminalStatus.PROCESSING, "title", 1, ""), seen
+            bus.publish(snapshot("working"))
+            bus.publish(TerminalOutput(TID, title(ready)))
+            await settle()
+            assert seen[-1][0] == TerminalStatus.PROCESSING, seen
+            bus.publish(snapshot("done"))
+            await settle()
+            assert seen[-1] == (TerminalStatus.COMPLETED, "title", 1, ""), seen
+
+            # Turn 2 fails: Ready, and the screen shows the error.
+            bus.publish(InputSubmitted(TID, 2))
+            bus.publish(TerminalOutput(TID, title(working)))
+            bus.publish(snapshot("error"))
+            bus.publish(TerminalOutput(TID, title(ready)))
+            await settle()
+            assert seen[-1][:3] == (TerminalStatus.ERROR, "screen", 2), seen
+
+            # Turn 3 is cancelled (Esc): Ready, and the screen says so.
+            bus.publish(InputSubmitted(TID, 3))
+            bus.publish(TerminalOutput(TID, title(working)))
+            bus.publish(snapshot("cancelled"))
+            bus.publish(TerminalOutput(TID, title(ready)))
+            await settle()
+            assert seen[-1] == (TerminalStatus.IDLE, "screen", 3, "the request was cancelled"), seen
+
+            # Turn 4: its output was skipped (a flood); the snapshot's title (tmux's) tells.
+            bus.publish(InputSubmitted(TID, 4))
+            bus.publish(snapshot("working", working))
+            await settle()
+            assert seen[-1] == (TerminalStatus.PROCESSING, "title", 4, ""), seen
+            bus.publish(snapshot("done", ready))
+            await settle()
+            assert seen[-1] == (TerminalStatus.COMPLETED, "title", 4, ""), seen
+            return seen
+
+    asyncio.run(scenario())

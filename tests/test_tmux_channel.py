@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import shlex
 import signal
 import subprocess
 from pathlib import Path
@@ -324,3 +325,40 @@ def test_a_cancelled_client_process_is_ended_with_its_caller():
     started = asyncio.run(scenario())
     assert len(started) == 1
     assert not started[0].is_running()  # killed and reaped, not a zombie
+
+
+@pytest.mark.parametrize("source", ["control", "pipe-pane"])
+def test_a_screen_snapshot_carries_the_pane_s_title_as_the_program_set_it(tmux_env, tmp_path, source):
+    """Some CLIs say their status in the title (Gemini): a snapshot taken after a flood, whose
+    output was skipped, must still tell it. The title is data: tmux formats and command syntax
+    in it come back as written."""
+    from cli_agent_orchestrator.events import ScreenSnapshot
+
+    title = "✦  Working… #{pane_id} ; kill-server $(x) 'q'"
+    script = tmp_path / "titled.sh"
+    script.write_text(f"printf '\\033]0;%s\\007' {shlex.quote(title)}\necho drawn\nexec sleep 60\n")
+
+    async def scenario():
+        fifo = tmp_path / "fifo"
+        fifo.mkdir()
+        backend, bus = await _backend(tmux_env, output_source=source, fifo_dir=fifo)
+        stream = bus.open_stream("test", "terminal.0123abcd.snapshot")
+        try:
+            await backend.create_window("0123abcd", "cao-chan", "w-0001", str(tmp_path), f"exec sh {script}", True)
+            await _until(
+                lambda: (
+                    "drawn"
+                    in subprocess.run(
+                        ["tmux", "-L", tmux_env, "capture-pane", "-p", "-t", "cao-chan"], capture_output=True, text=True
+                    ).stdout
+                )
+            )
+            assert backend.request_snapshot("0123abcd")
+            event = await bus.next_event(stream, 10)
+            assert isinstance(event, ScreenSnapshot), event
+            assert event.title == title
+            assert "drawn" in event.text
+        finally:
+            await backend.stop()
+
+    run(scenario())

@@ -41,7 +41,7 @@ class StatusChanged(Event):
     terminal_id: str
     status: TerminalStatus
     previous: TerminalStatus
-    source: str  # which signal decided it: "screen", "pane", "input", "hook:<name>", "restart"
+    source: str  # which signal decided it: "screen", "pane", "input", "hook:<name>", "title", "restart"
     reason: str = ""
     turn: int = 0  # input turns submitted so far; lets waiters tell turns apart
 
@@ -97,6 +97,7 @@ class ScreenSnapshot(Event):
     text: str  # capture-pane -p -e: rows with SGR escapes
     cursor_x: int
     cursor_y: int
+    title: str | None = None  # the pane's title as tmux holds it (None: not asked)
 
     @property
     def topic(self) -> str:

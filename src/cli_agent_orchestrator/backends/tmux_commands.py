@@ -72,3 +72,16 @@ class Reply:
     @property
     def text(self) -> str:
         return "\n".join(line for block in self.blocks for line in block)
+
+
+# The first line of a screen snapshot: the cursor, then the pane's title as tmux holds it (the
+# last one the program set; tmux drops control characters from it, so it stays on this line).
+SNAPSHOT_FORMAT = "#{cursor_x} #{cursor_y} #{pane_title}"
+
+
+def cursor_and_title(line: str) -> tuple[int, int, str | None]:
+    """(x, y, title) from a SNAPSHOT_FORMAT line; (0, 0, None) when it is not one."""
+    parts = line.split(" ", 2)
+    if len(parts) < 2 or not (parts[0].isdecimal() and parts[1].isdecimal()):
+        return 0, 0, None
+    return int(parts[0]), int(parts[1]), parts[2] if len(parts) == 3 else None

@@ -23,7 +23,7 @@ from collections.abc import Callable
 
 from ..bus import EventBus
 from ..events import ScreenSnapshot
-from .tmux_commands import Reply
+from .tmux_commands import SNAPSHOT_FORMAT, Reply, cursor_and_title
 from .tmux_control_output import DEATH_SUBSCRIPTION, ControlOutput
 from .tmux_control_replies import ChannelBroken, PendingReplies
 from .tmux_panes import PaneMap
@@ -165,9 +165,8 @@ class ControlClient:
             if not reply.ok or len(reply.blocks) != 2:
                 return
             capture, cursor = reply.blocks
-            parts = cursor[0].split() if cursor else []
-            x, y = (int(parts[0]), int(parts[1])) if len(parts) == 2 and all(p.isdigit() for p in parts) else (0, 0)
-            self.bus.publish(ScreenSnapshot(terminal_id, "\n".join(capture), x, y))
+            x, y, title = cursor_and_title(cursor[0] if cursor else "")
+            self.bus.publish(ScreenSnapshot(terminal_id, "\n".join(capture), x, y, title))
 
         self._send(
             [
@@ -181,7 +180,7 @@ class ControlClient:
                 "-p",
                 "-t",
                 pane,
-                "#{cursor_x} #{cursor_y}",
+                SNAPSHOT_FORMAT,
             ],
             publish,
         )

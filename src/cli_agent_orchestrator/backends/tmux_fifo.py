@@ -17,7 +17,7 @@ from pathlib import Path
 
 from ..bus import EventBus
 from ..events import ScreenSnapshot, TerminalExited, TerminalOutput
-from .tmux_commands import pipe_command
+from .tmux_commands import SNAPSHOT_FORMAT, cursor_and_title, pipe_command
 from .tmux_pane_watch import STATE_FORMAT, PaneState, ProcessWatch, pane_state, parse_state
 from .tmux_process import BlockingTmux
 
@@ -299,7 +299,7 @@ class FifoReader:
             "-p",
             "-t",
             self.pane_id,
-            "#{cursor_x} #{cursor_y}",
+            SNAPSHOT_FORMAT,
             ";",
             "capture-pane",
             "-p",
@@ -316,9 +316,8 @@ class FifoReader:
     def _publish_snapshot(self, out: str) -> None:
         """`out`: the cursor line, then the captured rows (each ending in a newline)."""
         cursor, _, text = out.partition("\n")
-        parts = cursor.split()
-        x, y = (int(parts[0]), int(parts[1])) if len(parts) == 2 and all(p.isdigit() for p in parts) else (0, 0)
-        self.bus.publish(ScreenSnapshot(self.terminal_id, text[:-1] if text.endswith("\n") else text, x, y))
+        x, y, title = cursor_and_title(cursor)
+        self.bus.publish(ScreenSnapshot(self.terminal_id, text[:-1] if text.endswith("\n") else text, x, y, title))
 
     def _cleanup(self) -> None:
         if self._stopping and self._close_pipe and not self._exited:

@@ -81,6 +81,10 @@ def no_hooks(event: str, payload: dict, last_event: str | None = None) -> Status
     return None
 
 
+def no_title_status(title: str, previous: str | None) -> StatusReading | None:
+    return None
+
+
 def no_dialog_keys(screen: Screen, answer: str) -> Sequence[str] | None:
     return None
 
@@ -124,6 +128,12 @@ class Provider:
     # its busy/done/idle come from hooks only; the screen still detects dialogs
     # (waiting_user_answer) and errors.
     status_from_hook: Callable[[str, dict, str | None], StatusReading | None] = no_hooks
+    # The CLI's own status in its terminal title (OSC 0/2), read from the output stream in order
+    # with the screen: (title, the title before it or None) → the status it means, or None to
+    # ignore it. A signal like a hook (no process, no request: it costs the CLI nothing), so once
+    # one is seen busy/done/idle come from signals only. A title saying the turn is done does not
+    # say how: an error or a cancelled turn that the screen shows decides that.
+    status_from_title: Callable[[str, str | None], StatusReading | None] = no_title_status
     # While waiting_user_answer: the keys that give `answer` to the dialog on the
     # screen (menus that ignore pasted text), or None to paste the answer as text.
     dialog_keys: Callable[[Screen, str], Sequence[str] | None] = no_dialog_keys

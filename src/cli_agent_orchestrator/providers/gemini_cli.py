@@ -29,7 +29,6 @@ from ..models import TerminalStatus
 from ._node_settings import (
     box_question,
     dialog_keys,
-    hooks,
     last_answer,
     last_box,
     last_index,
@@ -46,7 +45,6 @@ from .base import Launch, LaunchContext, Provider, Screen, StatusReading
 from .common import MCP_SERVER_NAME, terminal_dir
 
 DEFAULT_MODEL = "gemini-2.5-flash"  # the "auto" router wants a JSON verdict first; pin a model instead
-_HOOK_EVENTS = ("BeforeAgent", "AfterTool", "AfterAgent")
 # Entries of the real home that Gemini reads through its home directory as well.
 _HOME_ENTRIES = (".agents", ".env")
 
@@ -59,12 +57,16 @@ def _overlay(ctx: LaunchContext, user: dict) -> dict:
         "privacy": {"usageStatisticsEnabled": False},
         # No trust screen: the working directory was chosen by whoever started the agent.
         "security": {"folderTrust": {"enabled": False}},
-        "hooksConfig": {"enabled": True},  # cao's status comes from hooks first
-        "hooks": hooks(ctx, _HOOK_EVENTS),
         "mcpServers": mcp_servers(ctx, trust=True),
         # History in tmux's scrollback (for the reply), and whole redraws: incremental
-        # rendering leaves fragments of old rows that the status reader would see.
-        "ui": {"useAlternateBuffer": False, "incrementalRendering": False},
+        # rendering leaves fragments of old rows that the status reader would see. The title
+        # carries Gemini's own status (status_from_title), so it stays on and dynamic.
+        "ui": {
+            "useAlternateBuffer": False,
+            "incrementalRendering": False,
+            "hideWindowTitle": False,
+            "dynamicWindowTitle": True,
+        },
         # Plain child processes for the shell tool: under load, the pty-backed shell of 0.61
         # returned "(empty)" for a quick `echo` in about one run out of three.
         "tools": {"shell": {"enableInteractiveShell": False}},
@@ -147,15 +149,27 @@ def build_launch(ctx: LaunchContext) -> Launch:
     )
 
 
-def status_from_hook(event: str, payload: dict, last_event: str | None = None) -> StatusReading | None:
-    """BeforeAgent/AfterTool: busy; AfterAgent: done. The permission dialog is left to the screen:
-    Gemini's Notification(ToolPermission) hook fires about half a second before the dialog takes
-    keys, and an answer typed in that gap is lost (seen with answer_user_prompt)."""
-    if event in ("BeforeAgent", "AfterTool"):
+# --- the title: Gemini's own status -------------------------------------------------------------
+# With `ui.dynamicWindowTitle` (the default) Gemini sets its title (OSC 0) whenever its state
+# changes: "◇  Ready (dir)" idle, "✦  Working… (dir)" or "✦  <thought> (dir)" busy, "✋  Action
+# Required (dir)" at a confirmation, "⏲  Working… (dir)" for a silent shell. It writes it right
+# after the frame that shows the state, so the screen is already there when the title comes. cao
+# uses no Gemini hooks: each one costs a Gemini turn 40–110 ms (spawning the hook holds its event
+# loop, and its start and its removal 3 s later each re-render the whole app), where the title
+# costs nothing and, unlike AfterAgent, follows the answer's draw instead of preceding it.
+_READY, _WORKING, _ASKING = "◇", ("✦", "⏲"), "✋"
+
+
+def status_from_title(title: str, previous: str | None) -> StatusReading | None:
+    """Working: busy; Ready after Working or a confirmation: the turn is done (an error or a
+    cancelled turn on screen says how, see Provider.status_from_title). Ready at start-up says
+    nothing (the screen tells when the composer takes input), nor does "Action Required": the
+    dialog takes keys a moment after the title, so the screen says when it asks."""
+    glyph = title.lstrip()[:1]
+    if glyph in _WORKING:
         return StatusReading(TerminalStatus.PROCESSING)
-    if event == "AfterAgent":
-        if payload.get("prompt_response") == "[no response text]":  # Gemini's wording for "nothing"
-            return StatusReading(TerminalStatus.ERROR, "the turn ended without an answer (an API error?)")
+    was = (previous or "").lstrip()[:1]
+    if glyph == _READY and (was in _WORKING or was == _ASKING):
         return StatusReading(TerminalStatus.COMPLETED)
     return None
 
@@ -232,7 +246,7 @@ def read_status(screen: Screen) -> StatusReading:
             TerminalStatus.ERROR, failed[2:].strip(), composer_has_text=has_text, composer_rows=composer
         )
     if any(r.startswith(_CANCELLED) for r in tail):
-        # No hook reports a cancelled turn (Esc, a declined permission): the screen is certain.
+        # The title only says Ready after a cancelled turn (Esc, a declined permission): the screen is certain.
         cancelled = "the request was cancelled"
         return StatusReading(TerminalStatus.IDLE, cancelled, has_text, composer_rows=composer, definite=True)
     done = answer is not None and not has_text
@@ -256,7 +270,7 @@ PROVIDER = Provider(
     exit_command="/quit",
     startup_timeout=60.0,
     accepts_input_while_busy=False,
-    status_from_hook=status_from_hook,
+    status_from_title=status_from_title,
     dialog_keys=dialog_keys,
     # Gemini 0.61 turns an Enter into a newline for 40 ms after it has *read* a paste (without the
     # kitty keyboard protocol, which tmux does not offer, a paste is "unsafe": InputPrompt sets
@@ -273,7 +287,7 @@ PROVIDER = Provider(
     enter_after_echo=True,
     enter_delay_s=0.5,  # at most, for the echo
     pause_after_echo_s=0.07,
-    # A taken Enter clears the composer within ~40 ms and BeforeAgent follows, so an Enter without
+    # A taken Enter clears the composer within ~40 ms and the Working title follows, so an Enter without
     # any effect after 0.4 s is pressed again. A second Enter that Gemini reads after taking the
     # first finds the composer empty: nothing happens.
     submit_confirm_s=0.4,

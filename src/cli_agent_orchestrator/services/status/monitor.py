@@ -1,6 +1,6 @@
 """The status monitor: terminal facts in, `terminal.{id}.status` out (seed 003), published the
-moment a status changes. It alone asks a provider what a screen or a hook means. Every terminal
-has its own queue and worker, so one agent printing a flood delays nobody else.
+moment a status changes. It alone asks a provider what a screen, a hook or a title the CLI set
+means. Every terminal has its own queue and worker, so one agent printing a flood delays nobody else.
 
 Turns: when cao submits input (`InputSubmitted`), the screen still shows the
 previous turn. The monitor only accepts a ready reading for the new turn after
@@ -15,6 +15,7 @@ import asyncio
 import logging
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 
 import pyte
 
@@ -43,13 +44,23 @@ from .writer import StatusWriter
 
 log = logging.getLogger(__name__)
 
-_HOOK_DECIDED = (TerminalStatus.PROCESSING, TerminalStatus.COMPLETED, TerminalStatus.IDLE)
-# A hook's "turn done" waits while the screen still reads busy: the CLIs fire their turn-end hook
-# before they draw the end (Gemini's AfterAgent comes before the answer, Claude Code's Stop before
-# its last draw), and a hook that reports in a few ms gets here first. "completed" then means the
-# CLI shows it. The first screen reading that is not busy releases it; this bound is the safety
-# net for a screen that never stops reading busy.
+_SIGNAL_DECIDED = (TerminalStatus.PROCESSING, TerminalStatus.COMPLETED, TerminalStatus.IDLE)
+# A signal's "turn done" waits while the screen still reads busy: the CLIs fire their turn-end hook
+# before they draw the end (Claude Code's Stop comes before its last draw), and a hook that reports
+# in a few ms gets here first. "completed" then means the CLI shows it. The first screen reading
+# that is not busy releases it; this bound is the safety net for a screen that never stops
+# reading busy.
 HELD_COMPLETION_LIMIT_S = 2.0
+
+
+@dataclass(frozen=True)
+class _Held:
+    """A signal's completion, waiting for the screen to stop reading busy."""
+
+    serial: int
+    source: str  # the signal, as status_source will say it
+    reading: StatusReading
+    yields_to_screen: bool  # an error or a cancelled turn the screen then shows decides instead
 
 
 class StatusMonitor:
@@ -64,8 +75,8 @@ class StatusMonitor:
         # (the backend's request_snapshot).
         self.request_snapshot = request_snapshot
         self._writer = StatusWriter(store, tasks)
-        # terminal id → (serial, hook event, reading): a hook's completion waiting for the screen
-        self._held: dict[str, tuple[int, str, StatusReading]] = {}
+        # terminal id → a signal's completion waiting for the screen
+        self._held: dict[str, _Held] = {}
         self._held_serial = 0
 
     # --- registration -----------------------------------------------------------
@@ -180,12 +191,14 @@ class StatusMonitor:
             if isinstance(event, TerminalOutput):
                 term.queued_output -= len(event.data)
                 await self._guarded(terminal_id, term.feed_output(event.data), event.topic)
-                continue
-            if term.dirty and not isinstance(event, (ScreenSnapshot, TerminalResized)):
-                # Judge the screen as it was before this fact (e.g. the end of a turn
-                # before the input that starts the next one).
-                await self._guarded(terminal_id, self._evaluate(terminal_id), "evaluate")
-            await self._guarded(terminal_id, self._apply(terminal_id, term, event), event.topic)
+            else:
+                if term.dirty and not isinstance(event, (ScreenSnapshot, TerminalResized)):
+                    # Judge the screen as it was before this fact (e.g. the end of a turn
+                    # before the input that starts the next one).
+                    await self._guarded(terminal_id, self._evaluate(terminal_id), "evaluate")
+                await self._guarded(terminal_id, self._apply(terminal_id, term, event), event.topic)
+            if term.screen.new_titles:
+                await self._guarded(terminal_id, self._on_titles(terminal_id, term), "title")
 
     async def _guarded(self, terminal_id: str, step, what: str) -> None:
         """Run one step of a worker; a failure is recorded where /diagnostics shows it and
@@ -225,7 +238,7 @@ class StatusMonitor:
     def on_snapshot(self, event: ScreenSnapshot) -> None:
         term = self._terms.get(event.terminal_id)
         if term is not None:
-            term.apply_snapshot(event.text, (event.cursor_x, event.cursor_y))
+            term.apply_snapshot(event.text, (event.cursor_x, event.cursor_y), event.title)
 
     def on_resized(self, event: TerminalResized) -> None:
         """Keep the emulator's geometry equal to the pane's, then re-read the screen."""
@@ -252,10 +265,10 @@ class StatusMonitor:
             term.phase = SENT
             term.status_at_submit = term.status
             term.upper_at_submit = upper_rows(term.screen)
-            # The hooks ended the last turn but its busy screen is still up (input sent the
+            # The signals ended the last turn but its busy screen is still up (input sent the
             # moment a turn completed): that screen must not pass for this turn's start.
             term.busy_at_submit = (
-                term.hooks_seen
+                term.signals_seen
                 and (held is not None or term.status in (TerminalStatus.COMPLETED, TerminalStatus.IDLE))
                 and self._reads_busy(term)
             )
@@ -307,11 +320,14 @@ class StatusMonitor:
             return
         held = self._held.get(terminal_id)
         if held is not None and new not in (TerminalStatus.PROCESSING, TerminalStatus.UNKNOWN):
-            await self._release_held(terminal_id, held[0])  # the screen caught up with the hook
+            if held.yields_to_screen and (new == TerminalStatus.ERROR or reading.definite):
+                del self._held[terminal_id]  # how the turn ended is on the screen: it decides below
+            else:
+                await self._release_held(terminal_id, held.serial)  # the screen caught up with the signal
         if (
-            term.hooks_seen
+            term.signals_seen
             and term.phase == SETTLED
-            and new in _HOOK_DECIDED
+            and new in _SIGNAL_DECIDED
             and not reading.definite
             and not (
                 new == TerminalStatus.PROCESSING
@@ -319,7 +335,7 @@ class StatusMonitor:
                 and term.status in (TerminalStatus.WAITING_USER_ANSWER, TerminalStatus.ERROR)
             )
         ):
-            # Busy/done/idle come from the CLI's hooks; the screen may only end a
+            # Busy/done/idle come from the CLI's own signals; the screen may only end a
             # dialog or an error that it detected itself.
             return
         if term.phase != SETTLED:
@@ -327,22 +343,22 @@ class StatusMonitor:
                 return
             if (
                 new == TerminalStatus.PROCESSING
-                and term.hooks_seen
+                and term.signals_seen
                 and not reading.definite
                 and (term.busy_at_submit or reading.composer_has_text)
             ):
                 # Busy, but not with this input: the previous turn's screen is still up, or the
                 # text still waits in the composer (the CLI is settling the last turn; an Enter
-                # now may be dropped). The CLI's own hook says when this turn starts, and until
+                # now may be dropped). The CLI's own signal says when this turn starts, and until
                 # then the verified submit still sees no effect of its Enter.
                 return
             if (
                 new.is_ready
-                and term.hooks_seen
+                and term.signals_seen
                 and not reading.definite
                 and term.status_at_submit != TerminalStatus.WAITING_USER_ANSWER
             ):
-                # A CLI that reports its turns by hooks says itself when the new one starts;
+                # A CLI that reports its turns (hooks, title) says itself when the new one starts;
                 # until then a ready screen is the previous answer with the new echo above.
                 return
             if new.is_ready:
@@ -406,38 +422,74 @@ class StatusMonitor:
         reading = term.provider.status_from_hook(event, payload, term.last_hook)
         if reading is None:
             return None
-        term.hooks_seen, term.last_hook = True, event
+        term.last_hook = event
+        reply = term.provider.reply_from_hook(event, payload)
+        return await self._signal(terminal_id, term, f"hook:{event}", reading, reply)
+
+    async def _on_titles(self, terminal_id: str, term: WatchedTerminal) -> None:
+        """The CLI set its title (in the output just emulated, or as a snapshot found it): the
+        provider says what each new one means, in order."""
+        for title in term.screen.take_titles():
+            if title == term.title or term.exited:
+                continue
+            previous, term.title = term.title, title
+            reading = term.provider.status_from_title(title, previous)
+            if reading is not None:
+                # A title says only that a turn is done, not how: the screen's error or
+                # cancelled turn decides that (yields_to_screen).
+                await self._signal(terminal_id, term, "title", reading, yields_to_screen=True)
+
+    async def _signal(
+        self,
+        terminal_id: str,
+        term: WatchedTerminal,
+        source: str,
+        reading: StatusReading,
+        reply: str | None = None,
+        yields_to_screen: bool = False,
+    ) -> TerminalStatus | None:
+        """The CLI's own signal (a hook, its title) says the status; from now on it decides
+        busy/done/idle. A completion waits while the screen still reads busy."""
+        term.signals_seen = True
         if term.phase != SETTLED and reading.status in (TerminalStatus.COMPLETED, TerminalStatus.IDLE):
             # A turn is pending and this is the end of the previous one (a message queued
             # during a turn): only a busy signal can settle the new turn.
             return None
-        text = term.provider.reply_from_hook(event, payload)
-        if text is not None:
-            term.hook_reply = text
-        self._held.pop(terminal_id, None)  # a later hook supersedes a held one
-        if reading.status == TerminalStatus.COMPLETED and self._reads_busy(term):
-            self._held_serial += 1
-            self._held[terminal_id] = (self._held_serial, event, reading)
-            self.tasks.spawn(self._release_held_late(terminal_id, self._held_serial), f"status:{terminal_id}:held")
-            return reading.status
-        await self.set_external(terminal_id, reading.status, f"hook:{event}", reading.reason)
+        if reply is not None:
+            term.hook_reply = reply
+        self._held.pop(terminal_id, None)  # a later signal supersedes a held one
+        if reading.status == TerminalStatus.COMPLETED:
+            shown = self._screen_reading(term)
+            if shown is not None and shown.status == TerminalStatus.PROCESSING:
+                self._held_serial += 1
+                self._held[terminal_id] = _Held(self._held_serial, source, reading, yields_to_screen)
+                self.tasks.spawn(self._release_held_late(terminal_id, self._held_serial), f"status:{terminal_id}:held")
+                return reading.status
+            if yields_to_screen and shown is not None and (shown.status == TerminalStatus.ERROR or shown.definite):
+                await self.set_external(terminal_id, shown.status, "screen", shown.reason)
+                return shown.status
+        await self.set_external(terminal_id, reading.status, source, reading.reason)
         return reading.status
 
     @staticmethod
-    def _reads_busy(term: WatchedTerminal) -> bool:
+    def _screen_reading(term: WatchedTerminal) -> StatusReading | None:
         try:
-            return term.provider.read_status(render(term.screen)).status == TerminalStatus.PROCESSING
+            return term.provider.read_status(render(term.screen))
         except Exception:
             log.exception("provider %s read_status failed", term.provider.name)
-            return False
+            return None
+
+    @classmethod
+    def _reads_busy(cls, term: WatchedTerminal) -> bool:
+        shown = cls._screen_reading(term)
+        return shown is not None and shown.status == TerminalStatus.PROCESSING
 
     async def _release_held(self, terminal_id: str, serial: int) -> None:
         held = self._held.get(terminal_id)
-        if held is None or held[0] != serial:
-            return  # released already, or superseded by a later hook or a new turn
+        if held is None or held.serial != serial:
+            return  # released already, or superseded by a later signal or a new turn
         del self._held[terminal_id]
-        _, event, reading = held
-        await self.set_external(terminal_id, reading.status, f"hook:{event}", reading.reason)
+        await self.set_external(terminal_id, held.reading.status, held.source, held.reading.reason)
 
     async def _release_held_late(self, terminal_id: str, serial: int) -> None:
         """The safety net: a held completion goes out after HELD_COMPLETION_LIMIT_S at the latest."""

@@ -66,9 +66,11 @@ class _Cells(dict):
 class EmulatedScreen(pyte.Screen):
     """pyte's screen, tolerant of private SGR sequences (`CSI > 4 ; 2 m`, xterm's
     modifyOtherKeys, which Gemini CLI sends): pyte would raise on them and drop the rest
-    of the output it was fed. Its text is kept row by row (see `rows`)."""
+    of the output it was fed. Its text is kept row by row (see `rows`). Titles the output sets
+    (OSC 0/2) are kept in order until taken (`take_titles`): some CLIs say their status there."""
 
     def __init__(self, columns: int, lines: int):
+        self.new_titles: list[str] = []
         self._rows: list[str] = []
         self._rows_columns = 0
         self._cells: dict[pyte.screens.Char, _Cells] = {}
@@ -77,6 +79,15 @@ class EmulatedScreen(pyte.Screen):
     def select_graphic_rendition(self, *attrs: int, private: bool = False) -> None:
         if not private:
             super().select_graphic_rendition(*attrs)
+
+    def set_title(self, param: str) -> None:
+        super().set_title(param)
+        self.new_titles.append(param)
+
+    def take_titles(self) -> list[str]:
+        """The titles set since the last call, oldest first."""
+        titles, self.new_titles = self.new_titles, []
+        return titles
 
     def draw(self, data: str) -> None:
         text = data.translate(self.g1_charset if self.charset else self.g0_charset)

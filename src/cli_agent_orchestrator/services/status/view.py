@@ -16,7 +16,7 @@ class TerminalView:
     (the database copy of the status may lag behind)."""
 
     status: TerminalStatus
-    source: str  # which signal decided it: "screen", "pane", "hook:<event>", ...
+    source: str  # which signal decided it: "screen", "pane", "hook:<event>", "title", ...
     reason: str
     turn: int  # input turns submitted so far
     settled: bool  # the latest turn's first status after its input has been seen

@@ -60,7 +60,9 @@ class WatchedTerminal:
     status_at_submit: TerminalStatus = TerminalStatus.UNKNOWN
     upper_at_submit: tuple[str, ...] = ()
     busy_at_submit: bool = False  # the hooks had ended the last turn, its busy screen was still up
-    hooks_seen: bool = False  # the CLI reports its own turns; the screen then only sees dialogs and errors
+    # the CLI reports its own turns (hooks, its title); the screen then only sees dialogs and errors
+    signals_seen: bool = False
+    title: str | None = None  # the last title the CLI set (OSC 0/2), as the monitor has taken it
     hook_reply: str | None = None  # the current turn's answer as the CLI's turn-end hook gave it
     last_hook: str | None = None  # the hook event of the last hook reading (providers read it)
     rendered: Screen = field(default_factory=lambda: Screen([]))  # the screen last read
@@ -136,10 +138,13 @@ class WatchedTerminal:
             self.snapshot_asked = False
             self.ask_snapshot()
 
-    def apply_snapshot(self, text: str, cursor: tuple[int, int]) -> None:
+    def apply_snapshot(self, text: str, cursor: tuple[int, int], title: str | None = None) -> None:
         # Output before this point of the stream is in the snapshot; output after it is
-        # still queued behind it.
+        # still queued behind it. So is the title: one set by output this terminal skipped
+        # (a flood) is taken from here.
         load_capture(self.screen, self.stream, text, cursor)
+        if title is not None:
+            self.screen.set_title(title)
         self.dirty = True
         self.snapshots += 1
         self.snapshot_asked = self.unseen_output = False
