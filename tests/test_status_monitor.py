@@ -221,3 +221,33 @@ def test_gemini_s_title_carries_its_turns_and_the_screen_says_how_one_ended(tmp_
             return seen
 
     asyncio.run(scenario())
+
+
+def test_a_snapshot_after_skipped_output_is_read_whole_even_when_the_skip_cut_a_sequence(tmp_path: Path):
+    """Output skipped in a flood can end in the middle of an escape sequence (here a title, which
+    Gemini writes after each state change): the emulator's parser, left inside it, took the
+    snapshot that replaced the output for the title's text, and the screen read blank."""
+    import pyte
+
+    from cli_agent_orchestrator.providers import gemini_cli
+    from cli_agent_orchestrator.services.status.screen import EmulatedScreen
+    from cli_agent_orchestrator.services.status.watched import FLOOD_BYTES, WatchedTerminal
+
+    async def scenario() -> None:
+        screen = EmulatedScreen(80, 5)
+        asked: list[str] = []
+        term = WatchedTerminal(
+            "t1", gemini_cli.PROVIDER, screen, pyte.ByteStream(screen), lambda tid: asked.append(tid) or True
+        )
+        await term.feed_output(b"before\r\n\x1b]0;\xe2\x9c\xa6  Work")  # emulated: the parser is inside the title
+        term.queued_output = FLOOD_BYTES  # falling behind: the rest of the title and more are skipped
+        await term.feed_output(b"ing\xe2\x80\xa6 (work)\x07" + b"x" * 100)
+        assert term.flooding and asked == ["t1"]
+        term.queued_output = 0
+        term.apply_snapshot("the screen as tmux has it\nsecond row", (10, 1), "✦  Working… (work)")
+        assert screen.rows()[:2] == ["the screen as tmux has it", "second row"]
+        assert screen.take_titles() == ["✦  Working… (work)"]  # the cut one never completed
+        await term.feed_output(b", then more")  # emulated again, from a clean parser
+        assert screen.rows()[1] == "second row, then more"
+
+    asyncio.run(scenario())

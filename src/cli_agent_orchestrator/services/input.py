@@ -115,7 +115,10 @@ class InputService:
             try:
                 await self.backend.paste(window_id, neutralise(text))
                 if echo is not None and view is not None:
-                    drawn = await self._drawn(echo, terminal_id, view.provider.enter_delay_s)
+                    shown = self.monitor.view(terminal_id)
+                    drawn = (shown is not None and shown.composer_has_text) or await self._composer_shows(
+                        echo, view.provider.enter_delay_s
+                    )
                     if drawn and view.provider.pause_after_echo_s > 0:
                         await asyncio.sleep(view.provider.pause_after_echo_s)  # a CLI quirk, not sync
                 elif view is not None and view.provider.enter_delay_s > 0:
@@ -147,7 +150,7 @@ class InputService:
                         await self.backend.send_keys(window_id, ["BSpace"])
                     except AgentExited:
                         return turn
-                    if await self._composer_rows(stream, rows, confirm):
+                    if await self._composer_shows(stream, confirm, rows):
                         continue
                 view = self.monitor.view(terminal_id)
                 if view is None or view.exited or not view.composer_has_text:
@@ -159,24 +162,13 @@ class InputService:
         finally:
             self.bus.close_stream(stream)
 
-    async def _drawn(self, stream, terminal_id: str, limit: float) -> bool:
-        """Until the composer shows the pasted text (True) or `limit` seconds have passed (False)."""
-        loop = asyncio.get_running_loop()
-        deadline = loop.time() + limit
-        view = self.monitor.view(terminal_id)
-        if view is not None and view.composer_has_text:
-            return True
-        while (event := await self.bus.next_event(stream, deadline - loop.time())) is not None:
-            if isinstance(event, ComposerChanged) and event.has_text:
-                return True
-        return False
-
-    async def _composer_rows(self, stream, rows: int, limit: float) -> bool:
-        """Until the composer's text takes `rows` rows again (True) or `limit` s have passed."""
+    async def _composer_shows(self, stream, limit: float, rows: int = 0) -> bool:
+        """Until the composer shows text (taking `rows` rows, when given: a newline taken back)
+        (True) or `limit` seconds have passed (False)."""
         loop = asyncio.get_running_loop()
         deadline = loop.time() + limit
         while (event := await self.bus.next_event(stream, deadline - loop.time())) is not None:
-            if isinstance(event, ComposerChanged) and event.has_text and event.rows == rows:
+            if isinstance(event, ComposerChanged) and event.has_text and rows in (0, event.rows):
                 return True
         return False
 

@@ -109,11 +109,12 @@ class StatusMonitor:
         await asyncio.gather(*workers, return_exceptions=True)
         await self._writer.stop()
 
-    def resync(self, terminal_id: str) -> None:
-        """Our copy of the screen may be stale (drops, resize, restart): re-read it from tmux."""
+    def resync(self, terminal_id: str, lost: bool = False) -> None:
+        """Our copy of the screen may be stale (drops, resize, restart): re-read it from tmux.
+        `lost`: output never reached the emulator."""
         term = self._terms.get(terminal_id)
         if term is not None:
-            term.resync()
+            term.resync(lost)
 
     # --- queries ----------------------------------------------------------------
     def stats(self) -> dict[str, dict]:
@@ -175,7 +176,7 @@ class StatusMonitor:
     def on_dropped(self, event: Event) -> None:
         """Output was dropped under back-pressure: this screen is no longer exact."""
         if isinstance(event, TerminalOutput):
-            self.resync(event.terminal_id)
+            self.resync(event.terminal_id, lost=True)
 
     # --- the per-terminal worker ------------------------------------------------
     async def _work(self, terminal_id: str, term: WatchedTerminal) -> None:

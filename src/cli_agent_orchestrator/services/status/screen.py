@@ -138,8 +138,11 @@ class EmulatedScreen(pyte.Screen):
         return list(self._rows)
 
 
-def load_capture(screen: pyte.Screen, stream: pyte.ByteStream, captured: str, cursor: tuple[int, int] | None) -> None:
-    """Replace the screen's contents by a capture of the pane (and put the cursor where tmux has it)."""
+def load_capture(screen: pyte.Screen, captured: str, cursor: tuple[int, int] | None) -> None:
+    """Replace the screen's contents by a capture of the pane (and put the cursor where tmux has
+    it). The capture goes through a parser of its own: the output stream's parser may be in the
+    middle of a sequence that the output after the capture ends."""
+    stream = pyte.ByteStream(screen)
     screen.reset()
     stream.feed(captured.rstrip("\n").replace("\n", "\r\n").encode())
     if cursor is not None:

@@ -100,8 +100,11 @@ class WatchedTerminal:
         }
 
     # --- the screen from tmux -----------------------------------------------------
-    def resync(self) -> None:
-        """Our copy of the screen may be stale (drops, resize, restart): re-read it from tmux."""
+    def resync(self, lost: bool = False) -> None:
+        """Our copy of the screen may be stale (drops, resize, restart): re-read it from tmux.
+        `lost`: output never reached the emulator (dropped on the bus)."""
+        if lost:
+            self.unseen_output = True
         if self.snapshot_asked:
             # Output lost after the pending snapshot was taken is not in it: take another.
             self.snapshot_again = True
@@ -142,7 +145,11 @@ class WatchedTerminal:
         # Output before this point of the stream is in the snapshot; output after it is
         # still queued behind it. So is the title: one set by output this terminal skipped
         # (a flood) is taken from here.
-        load_capture(self.screen, self.stream, text, cursor)
+        if self.unseen_output or self.snapshot_again:
+            # Output was skipped, perhaps in the middle of an escape sequence: the parser's
+            # state belongs to bytes it never got (a cut title would swallow what follows).
+            self.stream = pyte.ByteStream(self.screen)
+        load_capture(self.screen, text, cursor)
         if title is not None:
             self.screen.set_title(title)
         self.dirty = True
