@@ -59,7 +59,7 @@ class WatchedTerminal:
     composer_rows: int = 0
     status_at_submit: TerminalStatus = TerminalStatus.UNKNOWN
     upper_at_submit: tuple[str, ...] = ()
-    busy_at_submit: bool = False  # the hooks had ended the last turn, its busy screen was still up
+    busy_at_submit: bool = False  # the CLI's signals had ended the last turn, its busy screen was still up
     # the CLI reports its own turns (hooks, its title); the screen then only sees dialogs and errors
     signals_seen: bool = False
     title: str | None = None  # the last title the CLI set (OSC 0/2), as the monitor has taken it
@@ -146,8 +146,10 @@ class WatchedTerminal:
         # still queued behind it. So is the title: one set by output this terminal skipped
         # (a flood) is taken from here.
         if self.unseen_output or self.snapshot_again:
-            # Output was skipped, perhaps in the middle of an escape sequence: the parser's
-            # state belongs to bytes it never got (a cut title would swallow what follows).
+            # Output was skipped (a flood, a drop on the bus) or may have been lost after this
+            # snapshot was taken (snapshot_again), perhaps in the middle of an escape sequence:
+            # the parser's state belongs to bytes it never got (a cut title would swallow what
+            # follows).
             self.stream = pyte.ByteStream(self.screen)
         load_capture(self.screen, text, cursor)
         if title is not None:
