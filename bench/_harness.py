@@ -91,7 +91,7 @@ class EventFollower:
 
 
 class Server(EventFollower):
-    def __init__(self, think_ms: int, pattern: str = "terminal.*.status"):
+    def __init__(self, think_ms: int, pattern: str = "terminal.*.status", env: dict[str, str] | None = None):
         self.home = Path(tempfile.mkdtemp(prefix="cao-bench-"))
         self.port = free_port()
         self.env = {
@@ -100,6 +100,7 @@ class Server(EventFollower):
             "CAO_API_PORT": str(self.port),
             "TMUX_TMPDIR": str(self.home),
             "CAO_MOCK_DELAY_MS": str(think_ms),
+            **(env or {}),
         }
         self.env.pop("TMUX", None)
         self.proc = subprocess.Popen(

@@ -27,7 +27,9 @@ export CAO_HOME_DIR=$demo_dir/home
 export CAO_API_PORT=${CAO_API_PORT:-9890}
 export CAO_API_HOST=127.0.0.1
 unset TMUX
-mkdir -p "$CAO_HOME_DIR"
+mkdir -p "$demo_dir"
+mkdir -p -m 700 "$CAO_HOME_DIR"  # cao refuses a home others can open
+chmod 700 "$CAO_HOME_DIR"          # the demo's own home, made by an older demo with the umask's mode
 py=.venv/bin/python
 url="http://127.0.0.1:$CAO_API_PORT"
 socket=$("$py" -c "from cli_agent_orchestrator.settings import Settings; print(Settings.from_env().tmux_socket_name)")

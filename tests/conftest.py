@@ -19,6 +19,7 @@ from pathlib import Path
 
 import httpx
 import pytest
+from stranger_support import stranger  # noqa: F401 (the `stranger` fixture, for every test module)
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -50,7 +51,10 @@ class CaoServer:
         self.home = home
         self.port = free_port()
         self.tmux_tmpdir = home / "tmux"
-        self.tmux_tmpdir.mkdir(parents=True, exist_ok=True)
+        # cao refuses a home others can open (private_files.private_home), so the harness
+        # makes it 0700 as cao would, before the tmux directory inside it.
+        home.mkdir(mode=0o700, parents=True, exist_ok=True)
+        self.tmux_tmpdir.mkdir(mode=0o700, exist_ok=True)
         self.env = {
             **os.environ,
             "CAO_HOME_DIR": str(home),
@@ -65,13 +69,15 @@ class CaoServer:
         }
         self.env.pop("TMUX", None)
         self.proc: subprocess.Popen | None = None
+        # How the server is started (a test may wrap it: prlimit, or `--supervise`).
+        self.start_argv = [sys.executable, "-m", "cli_agent_orchestrator.cli.server"]
         self.url = f"http://127.0.0.1:{self.port}"
         self.client = httpx.Client(base_url=self.url, timeout=60)
 
     def start(self) -> CaoServer:
         log = open(self.home / "server.out", "ab")
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "cli_agent_orchestrator.cli.server"],
+            self.start_argv,
             # The server's directory is where agents work by default; never this repository
             # (a generated `use_worktree=true` would branch it).
             cwd=self.home,

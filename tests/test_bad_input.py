@@ -150,7 +150,7 @@ def test_foreign_host_header_is_refused(server):
 def test_openapi_is_served(server):
     spec = server.client.get("/openapi.json").json()
     assert "/terminals/{terminal_id}/input" in spec["paths"]
-    assert "/terminals/{receiver_id}/inbox/messages" in spec["paths"]
+    assert "/terminals/{terminal_id}/inbox/messages" in spec["paths"]  # one path item, GET and POST
 
 
 def test_providers_are_listed_with_their_binaries(server):

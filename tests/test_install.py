@@ -23,6 +23,7 @@ import httpx
 import pytest
 from conftest import CaoServer
 
+from cli_agent_orchestrator.env_file import ENV_LOCK_NAME
 from cli_agent_orchestrator.profile_fetch import MAX_PROFILE_BYTES, _raw_github
 
 CAO = str(Path(sys.executable).parent / "cao")
@@ -89,7 +90,7 @@ class Homes:
             path = self.user / rel
             path.parent.mkdir(parents=True, exist_ok=True)
             path.write_text(text, encoding="utf-8")
-        self.cao.mkdir()
+        self.cao.mkdir(mode=0o700)  # cao refuses a home others can open
         (self.cao / ".env").write_text("# mine\nKEEP=1\n", encoding="utf-8")
 
     def env(self, **extra: str) -> dict[str, str]:
@@ -102,7 +103,7 @@ class Homes:
             str(p.relative_to(self.root)): p.read_bytes()
             for base in (self.user, self.cao)
             for p in sorted(base.rglob("*"))
-            if p.is_file()
+            if p.is_file() and p.name != ENV_LOCK_NAME  # the .env writers' lock file holds nothing
         }
 
     def install(self, *args: str, **env: str) -> subprocess.CompletedProcess:

@@ -116,7 +116,12 @@ def test_script_killed_mid_step_the_step_still_settles_and_replays(wf):
     )
     run_id = wf.submit(name)
     wf.wait_step_terminal(run_id, "call-1")
-    scripts = [p for p in processes_with_env("CAO_WORKFLOW_RUN_ID", run_id) if "CAO_TERMINAL_ID" not in p.environ()]
+    scripts = [
+        p
+        for p in processes_with_env("CAO_WORKFLOW_RUN_ID", run_id)
+        # Not an agent, and not the launcher the script runs under (process_tree.py).
+        if "CAO_TERMINAL_ID" not in p.environ() and not any(a.endswith("process_tree.py") for a in p.cmdline())
+    ]
     assert len(scripts) == 1
     scripts[0].send_signal(signal.SIGKILL)
     result = wf.wait_done(run_id)

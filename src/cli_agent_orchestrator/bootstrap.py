@@ -21,6 +21,7 @@ from .flows.schedule import server_zone_name
 from .flows.service import FlowService
 from .plugins.dispatch import PluginDispatcher
 from .plugins.manager import load_plugins
+from .services.handoffs import HandoffJobs
 from .services.hosts.service import HostService
 from .services.inbox import InboxService
 from .services.input import InputService
@@ -34,6 +35,7 @@ from .services.worker_questions import QuestionWatch
 from .settings import Settings
 from .store import Store
 from .store.flows import FlowTables
+from .store.handoffs import HandoffTables
 from .store.hosts import HostTables
 from .tasks import TaskGroup
 from .workflows.catalog import WorkflowCatalog
@@ -81,6 +83,7 @@ class Runtime:
         result = await self.terminals.adopt_all()
         if result["adopted"] or result["gone"]:
             log.info("restart: re-adopted %d terminal(s), %d gone", len(result["adopted"]), len(result["gone"]))
+        await self.orchestration.recover()  # after adoption: a handoff's surviving worker is found
         await self.inbox.recover()
         self.inbox.start_sweeper()
         await self.workflows.recover()
@@ -95,7 +98,7 @@ class Runtime:
         await self.logs.flush()
         await self.backend.stop()
         await self.bus.stop()
-        await self.plugins.stop()  # after the bus: what reached a plugin's queue is still handled
+        await self.plugins.stop()  # after the bus: what reached a plugin's queue is handled, or handed back
         await self.monitor.stop()
         await self.tasks.close()
         self.store.close()
@@ -108,6 +111,7 @@ def consumer_table(rt: Runtime) -> list[tuple[str, str, Callable, Callable[[Even
         ("status-monitor", "terminal.#", rt.monitor.handle, rt.monitor.on_dropped),
         ("log-writer", "terminal.*.output", rt.logs.on_output, None),
         ("inbox.status", "terminal.*.status", rt.inbox.on_status, None),
+        ("inbox.composer", "terminal.*.composer", rt.inbox.on_composer, None),
         ("inbox.removed", "terminal.*.removed", rt.inbox.on_removed, None),
         ("terminals.backend-lost", "backend.*.lost", rt.terminals.on_backend_lost, None),
         ("plugins", "#", rt.plugins.handle, None),
@@ -149,7 +153,8 @@ def build_runtime(settings: Settings | None = None) -> Runtime:
     hooks = HookChannel(settings.tmp_dir, terminals, bus, tasks.spawn)
     inbox = InboxService(settings, store, bus, terminals, monitor, typing, tasks)
     questions = QuestionWatch(bus, monitor, terminals, inbox, settings.handoff_grace)
-    orchestration = OrchestrationService(bus, monitor, terminals, inbox, questions, tasks.spawn)
+    jobs = HandoffJobs(store, HandoffTables(store.engine), terminals, inbox, bus)
+    orchestration = OrchestrationService(bus, monitor, terminals, inbox, questions, jobs, tasks.spawn)
     registry, timeline = RunRegistry(tasks.spawn), Timeline(store, bus)
     steps = StepExecution(store, registry, timeline, orchestration)
     step_gate = ScriptStepGate(store, registry, timeline, steps)

@@ -24,6 +24,8 @@ from .events import ConsumerFailed, Event
 log = logging.getLogger(__name__)
 
 Handler = Callable[[Event], Awaitable[None] | None]
+# At stop, how long the consumers together may take to handle what is already queued for them.
+STOP_DRAIN_S = 1.0
 
 
 def topic_matches(pattern: str, topic: str) -> bool:
@@ -55,6 +57,9 @@ class Subscription:
     # Only events of these classes are queued (empty: all): a status waiter never holds the
     # terminal's output in its queue.
     kinds: tuple[type[Event], ...] = ()
+    # A consumer's task: handling an event now (busy), and set whenever its queue runs empty.
+    busy: bool = False
+    idle: asyncio.Event = field(default_factory=asyncio.Event)
 
     def offer(self, event: Event) -> None:
         if len(self.queue) >= self.max_size and not event.lossless:
@@ -140,7 +145,19 @@ class EventBus:
             if sub.handler is not None:
                 self._tasks.append(loop.create_task(self._drain(sub), name=f"bus:{sub.name}"))
 
-    async def stop(self) -> None:
+    async def stop(self, drain_s: float = STOP_DRAIN_S) -> None:
+        """Stop the consumers, once each has handled what was already queued for it (at most
+        `drain_s` for all): an event published just before the stop (a plugin's last events)
+        still reaches its consumer. What is left after that is counted in the log."""
+        if drain_s > 0:
+            try:
+                async with asyncio.timeout(drain_s):
+                    await self._drained()
+            except TimeoutError:
+                pass
+        left = {s.name: len(s.queue) for s in self._subs if s.handler is not None and s.queue}
+        if left:
+            log.warning("event bus: stopped with events not yet handled: %s", left)
         for task in self._tasks:
             task.cancel()
         await asyncio.gather(*self._tasks, return_exceptions=True)
@@ -172,11 +189,21 @@ class EventBus:
             {"name": s.name, "pattern": s.pattern, "queued": len(s.queue), "dropped": s.dropped} for s in self._subs
         ]
 
+    async def _drained(self) -> None:
+        """Return once every consumer has handled everything queued for it."""
+        for sub in self._subs:
+            while sub.handler is not None and (sub.queue or sub.busy):
+                sub.idle.clear()
+                await sub.idle.wait()
+
     async def _drain(self, sub: Subscription) -> None:
         while True:
             while not sub.queue:
+                sub.busy = False
+                sub.idle.set()
                 sub.wakeup.clear()
                 await sub.wakeup.wait()
+            sub.busy = True
             event = sub.queue.popleft()
             try:
                 result = sub.handler(event)  # type: ignore[misc]

@@ -2,23 +2,37 @@
 
 One reader for everyone who expands a profile, and one editor (`cao env`) that changes a
 single `KEY=value` line and keeps every other line of the file (comments included) as it was.
+Invariant: every writer holds `.env.lock` across its read-modify-write and replaces the file
+by rename, so no change is lost to a concurrent one and a reader never sees half a file.
 """
 
 from __future__ import annotations
 
 import re
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 from .errors import InvalidInput
-from .private_files import private_dir, write_private
+from .private_files import exclusive_lock, private_home, replace_private
 
 ENV_FILE_NAME = ".env"
+ENV_LOCK_NAME = ".env.lock"
 KEY_RE = re.compile(r"\A[A-Za-z_][A-Za-z0-9_]*\Z")
 _QUOTES = ("'", '"')
 
 
 def env_path(home: Path) -> Path:
     return home / ENV_FILE_NAME
+
+
+@contextmanager
+def env_write_lock(home: Path) -> Iterator[None]:
+    """Held by every writer of `<home>/.env` from its read to its rename (`cao env`,
+    `cao install --env`); the home is checked (and made, 0700) first."""
+    private_home(home)
+    with exclusive_lock(home / ENV_LOCK_NAME):
+        yield
 
 
 def _split(line: str) -> tuple[str, str] | None:
@@ -70,22 +84,28 @@ def check_value(key: str, value: str) -> str:
     return value
 
 
+def check_values(values: dict[str, str]) -> None:
+    for key, value in values.items():
+        check_value(check_key(key), value)
+
+
 def set_env_value(home: Path, key: str, value: str) -> bool:
     """Set `key` (replacing its line in place, or appending one); True when it existed."""
     check_key(key)
     check_value(key, value)
-    lines, found = _lines_without(home, key, replacement=f"{key}={_quote(value)}")
-    if not found:
-        lines.append(f"{key}={_quote(value)}")
-    _write(home, lines)
+    with env_write_lock(home):
+        lines, found = _lines_without(home, key, replacement=f"{key}={_quote(value)}")
+        if not found:
+            lines.append(f"{key}={_quote(value)}")
+        _write(home, lines)
     return found
 
 
 def env_text_with(home: Path, values: dict[str, str]) -> str:
     """The text `<home>/.env` would hold with each of `values` set as `set_env_value` sets
-    it, without writing anything (for a caller that writes several files all or nothing)."""
-    for key, value in values.items():
-        check_value(check_key(key), value)
+    it, without writing anything (for a caller that writes several files all or nothing; it
+    holds `env_write_lock` from this read until its write)."""
+    check_values(values)
     path = env_path(home)
     lines = path.read_text(encoding="utf-8", errors="replace").splitlines() if path.is_file() else []
     for key, value in values.items():
@@ -98,9 +118,12 @@ def env_text_with(home: Path, values: dict[str, str]) -> str:
 def unset_env_value(home: Path, key: str) -> bool:
     """Remove every line that sets `key`; True when there was one."""
     check_key(key)
-    lines, found = _lines_without(home, key, replacement=None)
-    if found:
-        _write(home, lines)
+    if not env_path(home).is_file():
+        return False  # nothing to remove, and no reason to make a home for it
+    with env_write_lock(home):
+        lines, found = _lines_without(home, key, replacement=None)
+        if found:
+            _write(home, lines)
     return found
 
 
@@ -126,5 +149,4 @@ def _replaced(lines: list[str], key: str, replacement: str | None) -> tuple[list
 
 
 def _write(home: Path, lines: list[str]) -> None:
-    private_dir(home)
-    write_private(env_path(home), "".join(f"{line}\n" for line in lines))
+    replace_private(env_path(home), "".join(f"{line}\n" for line in lines))

@@ -41,16 +41,21 @@ class AgentExited(Conflict):
     """Input for an agent whose process has ended (its pane is dead or gone)."""
 
 
-class StoreBusy(CaoError):
+class StoreFault(CaoError):
+    """The database cannot serve now; nothing was changed, and a later try may succeed."""
+
+    http_status = 503
+
+
+class StoreBusy(StoreFault):
     """The database stayed locked (another process holds it) past cao's retry bound."""
 
-    http_status = 503
 
-
-class StoreUnavailable(CaoError):
-    """The database cannot be opened at all (a PostgreSQL server that does not answer)."""
-
-    http_status = 503
+class StoreUnavailable(StoreFault):
+    """The database cannot be used now: it cannot be opened (a PostgreSQL server that does
+    not answer), or a statement failed for a reason outside cao (disk full, a read-only file
+    system, PostgreSQL restarting). The message says which; cao keeps serving and the next
+    request tries again."""
 
 
 class Stopping(CaoError):
@@ -95,6 +100,13 @@ class BackendError(CaoError):
     """The terminal backend (tmux) failed."""
 
     http_status = 500
+
+
+class BackendNotAnswering(BackendError):
+    """tmux did not answer a command in time (its server stopped or overloaded). What was
+    sent may still run once it answers."""
+
+    http_status = 503
 
 
 class HostUnreachable(BackendError):

@@ -276,6 +276,23 @@ class HandoffFinished(Event):
 
 
 @dataclass(frozen=True)
+class HandoffOrphaned(Event):
+    """A restart ended a handoff whose HandoffFinished never came: what waited for its answer
+    died with the old cao-server, so its worker (`terminal_id`) was torn down like a normal
+    teardown (scrollback saved) instead of being left running. `reason` says what was lost."""
+
+    handoff_id: str
+    agent: str
+    caller_id: str | None
+    terminal_id: str | None
+    reason: str
+
+    @property
+    def topic(self) -> str:
+        return f"handoff.{self.handoff_id}.orphaned"
+
+
+@dataclass(frozen=True)
 class AssignStarted(Event):
     """An assigned worker exists and its task waits for it to become ready."""
 

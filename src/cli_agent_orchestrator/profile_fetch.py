@@ -3,11 +3,13 @@ only as text, and never run.
 
 Invariant: every request this module makes (the first and each redirect) goes to a host on
 the allow-list over https — plain http only to a loopback host that is itself allow-listed —
-and what comes back is at most MAX_PROFILE_BYTES of UTF-8 text, returned as data.
+and what comes back is at most MAX_PROFILE_BYTES of UTF-8 text, returned as data, all of it
+within one deadline (a server that drips bytes cannot keep an install open).
 """
 
 from __future__ import annotations
 
+import asyncio
 import ipaddress
 from collections.abc import Mapping
 
@@ -18,7 +20,10 @@ from .errors import InvalidInput
 DEFAULT_ALLOWED_HOSTS = ("github.com", "raw.githubusercontent.com")
 # A profile is a prompt and some frontmatter; the validate route takes 262144 characters.
 MAX_PROFILE_BYTES = 262_144
-FETCH_TIMEOUT_S = 15.0
+FETCH_TIMEOUT_S = 15.0  # each connect, read or write
+# The whole fetch: connect, headers, body and every redirect (CAO_PROFILE_FETCH_TIMEOUT).
+# A 256 KiB profile takes well under a second on any working link.
+FETCH_DEADLINE_S = 30.0
 MAX_REDIRECTS = 3  # github.com/…/raw/… → raw.githubusercontent.com is one
 _LOOPBACK_NAMES = {"localhost"}
 
@@ -78,31 +83,65 @@ def url_file_stem(url: str) -> str:
     return last[:-3] if last.endswith(".md") else last
 
 
-def fetch_profile_text(url: str, hosts: tuple[str, ...], transport: httpx.BaseTransport | None = None) -> str:
-    """The text at `url`, following at most MAX_REDIRECTS redirects, each to an allowed host."""
+def fetch_profile_text(
+    url: str,
+    hosts: tuple[str, ...],
+    transport: httpx.AsyncBaseTransport | None = None,
+    deadline: float = FETCH_DEADLINE_S,
+) -> str:
+    """The text at `url`, following at most MAX_REDIRECTS redirects, each to an allowed host,
+    all within `deadline` seconds. For synchronous callers (the CLI, a threadpool route): the
+    fetch runs on an event loop of its own, where the deadline can cancel a read mid-way."""
+    check_url(url, hosts)  # a refused URL is refused before anything starts
+    loop = asyncio.new_event_loop()
+    try:
+        return loop.run_until_complete(_fetch_within(url, hosts, transport, deadline))
+    finally:
+        # Not asyncio.run: at the end it waits for the loop's threads, and a name lookup
+        # still running in one would hold the caller past the deadline.
+        loop.run_until_complete(loop.shutdown_asyncgens())
+        loop.close()
+
+
+async def _fetch_within(
+    url: str, hosts: tuple[str, ...], transport: httpx.AsyncBaseTransport | None, deadline: float
+) -> str:
+    try:
+        async with asyncio.timeout(deadline):
+            return await _fetch(url, hosts, transport)
+    except TimeoutError:
+        raise InvalidInput(
+            f"fetching {url} took longer than {deadline:g} s, the limit for the whole download "
+            "(CAO_PROFILE_FETCH_TIMEOUT); nothing was installed"
+        ) from None
+
+
+async def _fetch(url: str, hosts: tuple[str, ...], transport: httpx.AsyncBaseTransport | None) -> str:
     target = _raw_github(check_url(url, hosts))
-    with httpx.Client(timeout=FETCH_TIMEOUT_S, follow_redirects=False, transport=transport, trust_env=False) as client:
+    async with httpx.AsyncClient(
+        timeout=FETCH_TIMEOUT_S, follow_redirects=False, transport=transport, trust_env=False
+    ) as client:
         for _ in range(MAX_REDIRECTS + 1):
             try:
-                with client.stream("GET", target, headers={"Accept": "text/plain, text/markdown, */*"}) as resp:
+                async with client.stream("GET", target, headers={"Accept": "text/plain, text/markdown, */*"}) as resp:
                     if resp.is_redirect and "location" in resp.headers:
                         target = check_url(target.join(resp.headers["location"]), hosts)
                         continue
                     if resp.status_code != 200:
                         raise InvalidInput(f"fetching {target}: HTTP {resp.status_code}")
-                    body = _read_limited(resp)
+                    body = await _read_limited(resp)
             except httpx.HTTPError as exc:
                 raise InvalidInput(f"cannot fetch {target}: {exc or type(exc).__name__}") from None
             return _as_text(body, target)
     raise InvalidInput(f"fetching {url}: more than {MAX_REDIRECTS} redirects")
 
 
-def _read_limited(resp: httpx.Response) -> bytes:
+async def _read_limited(resp: httpx.Response) -> bytes:
     declared = resp.headers.get("content-length", "")
     if declared.isdigit() and int(declared) > MAX_PROFILE_BYTES:
         raise InvalidInput(f"the profile at {resp.url} is larger than {MAX_PROFILE_BYTES} bytes")
     body = bytearray()
-    for chunk in resp.iter_bytes():
+    async for chunk in resp.aiter_bytes():
         body += chunk
         if len(body) > MAX_PROFILE_BYTES:
             raise InvalidInput(f"the profile at {resp.url} is larger than {MAX_PROFILE_BYTES} bytes")

@@ -8,7 +8,8 @@ when the caller allows files: the CLI, never HTTP) or a URL on the allow-list
 (`agent_file`, providers/kiro_agent.py). The other providers get their configuration per
 terminal at launch, so they need no artefact, and no user's own CLI configuration is written.
 Invariant: everything is checked before the first write, and the files are replaced
-together (temp file + rename each, 0600) or, on any error, left exactly as they were.
+together (temp file + rename each, 0600) or, on any error, left exactly as they were; the
+`.env` is read and replaced under its write lock (env_file), as `cao env` does.
 """
 
 from __future__ import annotations
@@ -17,15 +18,16 @@ import json
 import os
 import tempfile
 from collections.abc import Callable, Mapping
+from contextlib import nullcontext
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from .env_file import env_path, env_text_with, read_env_values
+from .env_file import check_values, env_path, env_text_with, env_write_lock, read_env_values
 from .errors import InvalidInput, NotFound
 from .models import SAFE_NAME_RE
-from .private_files import DIR_MODE, FILE_MODE
+from .private_files import DIR_MODE, FILE_MODE, private_home, replace_private
 from .profile_catalog import referenced_variables
-from .profile_fetch import allowed_hosts, fetch_profile_text, is_url, url_file_stem
+from .profile_fetch import FETCH_DEADLINE_S, allowed_hosts, fetch_profile_text, is_url, url_file_stem
 from .profiles import AgentProfile, parse_profile, profile_dirs, profile_paths
 from .providers.kiro_agent import agent_document
 from .providers.kiro_cli import agents_dir
@@ -52,12 +54,18 @@ class InstallConfig:
     kiro_agents_dir: Path  # CAO_AGENTS_DIR, else ~/.kiro/agents
     allowed_hosts: tuple[str, ...]  # CAO_PROFILE_ALLOWED_HOSTS
     mcp_server_argv: list[str]  # how this installation starts cao-mcp-server
+    fetch_timeout: float = FETCH_DEADLINE_S  # the whole download of a URL; CAO_PROFILE_FETCH_TIMEOUT
 
     @classmethod
     def from_environ(
-        cls, home: Path, default_provider: str, environ: Mapping[str, str], mcp_server_argv: list[str]
+        cls,
+        home: Path,
+        default_provider: str,
+        environ: Mapping[str, str],
+        mcp_server_argv: list[str],
+        fetch_timeout: float = FETCH_DEADLINE_S,
     ) -> InstallConfig:
-        return cls(home, default_provider, agents_dir(environ), allowed_hosts(environ), mcp_server_argv)
+        return cls(home, default_provider, agents_dir(environ), allowed_hosts(environ), mcp_server_argv, fetch_timeout)
 
 
 @dataclass(frozen=True)
@@ -158,11 +166,11 @@ def _install(
     allow_files: bool,
     fetch: Callable[[str], str] | None,
 ) -> InstallResult:
-    fetcher = fetch or (lambda url: fetch_profile_text(url, config.allowed_hosts))
+    fetcher = fetch or (lambda url: fetch_profile_text(url, config.allowed_hosts, deadline=config.fetch_timeout))
     src = _read_source(source.strip(), config, allow_files, fetcher)
     written = _check_profile_text(src)
     provider = _provider(requested_provider, written, config)
-    env_text = env_text_with(config.home, env_vars) if env_vars else None
+    check_values(env_vars)
     values = {**read_env_values(config.home), **env_vars}
     unresolved = [v for v in referenced_variables(written) if v not in values]
     profile = parse_profile(src.text, src.fallback_name, src.kind, values)  # what the agent gets
@@ -170,15 +178,17 @@ def _install(
 
     context_file = config.home / "agent-store" / f"{written.name}.md"
     writes: list[tuple[Path, str]] = [(context_file, src.text)]
-    if env_text is not None:
-        writes.append((env_path(config.home), env_text))
     agent_file: Path | None = None
     if provider == KIRO:
         document = agent_document(profile, tools.tools, config.mcp_server_argv)
         agent_file = config.kiro_agents_dir / f"{written.name}.json"
         writes.append((agent_file, json.dumps(document, indent=2, ensure_ascii=False) + "\n"))
     try:
-        _replace_all(writes, private_dirs={config.home, config.home / "agent-store"})
+        private_home(config.home)
+        with env_write_lock(config.home) if env_vars else nullcontext():
+            if env_vars:
+                writes.append((env_path(config.home), env_text_with(config.home, env_vars)))
+            _replace_all(writes, private_dirs={context_file.parent})
     except OSError as exc:
         raise InstallFailed(f"cannot write {exc.filename or 'the profile files'}: {exc.strerror or exc}") from None
 
@@ -228,6 +238,8 @@ def _replace_all(writes: list[tuple[Path, str]], private_dirs: set[Path]) -> Non
             with os.fdopen(fd, "w", encoding="utf-8") as fh:
                 os.fchmod(fh.fileno(), FILE_MODE)
                 fh.write(text)
+                fh.flush()
+                os.fsync(fh.fileno())  # on disk before the rename makes it the file
         for staged_file, target in staged:
             before = target.read_bytes() if target.is_file() else None
             os.replace(staged_file, target)
@@ -237,7 +249,7 @@ def _replace_all(writes: list[tuple[Path, str]], private_dirs: set[Path]) -> Non
             if before is None:
                 target.unlink(missing_ok=True)
             else:
-                target.write_bytes(before)
+                replace_private(target, before)
         for staged_file, _ in staged:
             staged_file.unlink(missing_ok=True)
         for directory in reversed(created):

@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from .auth_token import TOKEN_FILE_NAME
+from .private_files import HomeRefused, private_dir, private_home
 
 DEFAULT_HOME = Path("~/.aws/cli-agent-orchestrator").expanduser()
 DEFAULT_HOST = "127.0.0.1"
@@ -77,6 +78,9 @@ class Settings:
     max_body_bytes: int = DEFAULT_MAX_BODY_BYTES
     # The provider of an agent when neither the request, its profile nor its caller names one.
     default_provider: str = "kiro_cli"
+    # The whole of one `cao install URL` download (connect, headers, body, redirects), so a
+    # server that drips bytes cannot hold an install open; CAO_PROFILE_FETCH_TIMEOUT.
+    profile_fetch_timeout: float = 30.0
     # How long a statement keeps retrying a database another process holds locked before
     # the request is answered 503 (status changes are kept and written later, never lost).
     db_busy_timeout: float = 10.0
@@ -95,6 +99,17 @@ class Settings:
     placement: str = "local"
     # A host unreachable this long has its agents marked gone; CAO_HOST_DEAD_AFTER_SECONDS.
     host_dead_after: float = 600.0
+    # The connection layer (api/connections.py). A request's headers must arrive within
+    # CAO_HEADER_TIMEOUT_SECONDS of its first byte (or of the connection), its body within
+    # CAO_BODY_TIMEOUT_SECONDS of its headers; 408 / closed past them.
+    header_timeout: float = 10.0
+    body_timeout: float = 60.0
+    # Connections one other local user (or all peers of unknown user together) may hold at
+    # once; the server's own user is bounded only by CAO_MAX_CONNECTIONS; CAO_MAX_CONNECTIONS_PER_USER.
+    max_connections_per_user: int = 64
+    # Every connection together; 0: the open-file limit less what cao-server keeps for its own
+    # files, pipes and tmux clients (cli/server.py); CAO_MAX_CONNECTIONS.
+    max_connections: int = 0
 
     @classmethod
     def from_env(cls) -> Settings:
@@ -127,12 +142,17 @@ class Settings:
             max_body_bytes=_env_max_body_bytes(),
             db_busy_timeout=max(0.1, _env_float("CAO_DB_BUSY_TIMEOUT", 10.0)),
             default_provider=os.environ.get("CAO_DEFAULT_PROVIDER", "").strip() or DEFAULT_PROVIDER,
+            profile_fetch_timeout=max(0.1, _env_float("CAO_PROFILE_FETCH_TIMEOUT", 30.0)),
             handoff_grace=max(0.0, _env_float("CAO_HANDOFF_GRACE_SECONDS", 300.0)),
             ws_allowed_clients=_env_list("CAO_WS_ALLOWED_CLIENTS"),
             database_url=os.environ.get("CAO_DATABASE_URL", "").strip() or None,
             ws_allowed_origins=_env_list("CAO_WS_ALLOWED_ORIGINS"),
             placement=os.environ.get("CAO_PLACEMENT", "").strip().lower() or "local",
             host_dead_after=max(1.0, _env_float("CAO_HOST_DEAD_AFTER_SECONDS", 600.0)),
+            header_timeout=max(0.1, _env_float("CAO_HEADER_TIMEOUT_SECONDS", 10.0)),
+            body_timeout=max(0.1, _env_float("CAO_BODY_TIMEOUT_SECONDS", 60.0)),
+            max_connections_per_user=max(1, int(_env_float("CAO_MAX_CONNECTIONS_PER_USER", 64))),
+            max_connections=max(0, int(_env_float("CAO_MAX_CONNECTIONS", 0))),
         )
 
     @property
@@ -194,7 +214,7 @@ class Settings:
     def hosts_socket_path(self) -> Path:
         """The Unix socket (0600) where hosts' reverse forwards reach cao-server: beside the
         ssh control sockets, in a private directory short enough for a socket path."""
-        from .private_files import socket_dir
+        from .runtime_dir import socket_dir
 
         return socket_dir(self.tmp_dir) / "api.sock"
 
@@ -215,8 +235,14 @@ class Settings:
         return f"cao-{digest}"
 
     def ensure_dirs(self) -> None:
+        """The home and its directories, 0700. A home that exists must already be this user's
+        alone: cao stops with the reason (SystemExit) rather than chmod someone's directory."""
+        try:
+            private_home(self.home_dir)
+        except HomeRefused as exc:
+            raise SystemExit(str(exc)) from None
+        # Only this user may read what cao keeps: prompts, scrollbacks, secrets, the token.
         for path in (
-            self.home_dir,
             self.db_path.parent,
             self.logs_dir,
             self.terminal_logs_dir,
@@ -224,7 +250,4 @@ class Settings:
             self.agent_store_dir,
             self.workflows_dir,
         ):
-            path.mkdir(parents=True, exist_ok=True)
-        # Only this user may read what cao keeps: prompts, scrollbacks, secrets, the token.
-        for path in (self.home_dir, self.db_path.parent, self.logs_dir, self.terminal_logs_dir, self.tmp_dir):
-            os.chmod(path, 0o700)
+            private_dir(path)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import asyncio
+import os
 import shutil
 from contextlib import asynccontextmanager
 
@@ -26,6 +28,10 @@ from .security import RequestGate, cors_origins
 from .terminal_ws import router as terminal_ws_router
 from .ui_routes import router as ui_router
 from .workflow_routes import router as workflow_router
+
+# /health asks the store and tmux now, both at once, each within this: it answers well under a
+# second even while either hangs (a stopped tmux server, an unreachable PostgreSQL host).
+HEALTH_PROBE_S = 0.5
 
 
 def create_app(settings: Settings | None = None, runtime: Runtime | None = None) -> FastAPI:
@@ -52,23 +58,34 @@ def create_app(settings: Settings | None = None, runtime: Runtime | None = None)
 
     @app.get("/health", responses=EVERY_ROUTE)
     async def health(request: Request) -> dict:
-        """`status` is "degraded" (with `reason`) while the tmux server is lost: its agents are
-        gone; the next new terminal starts a new server, and health is "ok" again."""
+        """`status` is "degraded", with `reason`, while the store or tmux cannot serve, and "ok"
+        again after. `components.store`: "down" (a read fails, or the last write failed and none
+        succeeded since: disk full, read-only, PostgreSQL down) or "not answering".
+        `components.tmux`: "down" (its server was lost, with its agents; the next new terminal
+        starts a new one), "not answering" (stopped or overloaded) or "unavailable" (not on PATH)."""
         runtime: Runtime = request.app.state.runtime
-        backend = runtime.backend.health()
-        tmux = "unavailable" if not shutil.which("tmux") else "ok" if backend["status"] == "ok" else "down"
+        store, backend = await asyncio.gather(
+            runtime.store.probe(HEALTH_PROBE_S), runtime.backend.probe(HEALTH_PROBE_S)
+        )
+        tmux = "unavailable" if not shutil.which("tmux") else backend["status"]
+        if tmux not in ("ok", "not answering", "unavailable"):
+            tmux = "down"
+        reasons = [part["reason"] for part in (store, backend) if part["status"] != "ok" and part.get("reason")]
         body = {
-            "status": "ok" if tmux == "ok" else "degraded",
+            "status": "ok" if tmux == "ok" and store["status"] == "ok" else "degraded",
             "service": "cli-agent-orchestrator",
             "version": __version__,
             "terminal_backend": runtime.backend.name,
             "home_dir": str(runtime.settings.home_dir),
             "tmux_socket": runtime.settings.tmux_socket_name,
             "database": runtime.store.where,  # never with its password
-            "components": {"cao": "ok", "tmux": tmux},
+            "components": {"cao": "ok", "store": store["status"], "tmux": tmux},
+            "pid": os.getpid(),
+            # Who starts the server again if it dies: {"kind": "watchdog"|"systemd", ...} or null.
+            "supervisor": getattr(request.app.state, "supervision", lambda: None)(),
         }
-        if backend.get("reason"):
-            body["reason"] = backend["reason"]
+        if reasons:
+            body["reason"] = "; ".join(reasons)
         return body
 
     @app.get("/diagnostics", responses=EVERY_ROUTE)
@@ -81,6 +98,8 @@ def create_app(settings: Settings | None = None, runtime: Runtime | None = None)
             "consumer_failures": [f.__dict__ for f in runtime.bus.failures],
             "terminals": runtime.monitor.stats(),
             "plugins": runtime.plugins.stats(),
+            # Connections held and refused per user, and request deadlines missed (api/connections.py).
+            "connections": limits.stats() if (limits := getattr(request.app.state, "connections", None)) else None,
         }
 
     app.include_router(router)

@@ -11,7 +11,10 @@ A browser is not its user: any site it shows can make it send requests. So a req
 comes from a browser (it carries Fetch metadata, `Sec-Fetch-*`, or is a WebSocket handshake
 with an `Origin`) is never admitted by its socket's user alone; it needs the cookie of a browser session (web/logins.py, opened with the
 one-time link `cao ui` prints), on a same-origin or user-typed request. Only the page's
-static shell and the sign-in call itself are open to a browser without one.
+static shell and the sign-in call itself are open to a browser without one. A cookie and a
+ticket are bearer values another local user could copy, so the sign-in and every request
+with a cookie must also come from a socket the kernel names as the owner's (or, on a
+non-loopback bind, from another machine, where the kernel names nobody).
 """
 
 from __future__ import annotations
@@ -47,7 +50,8 @@ _HOOK_PATH = re.compile(r"/terminals/[a-f0-9]{8}/hooks")
 _OWN_SITE = (b"same-origin", b"none")
 # What a browser may fetch before it has signed in: the page shell (no data in it) and the
 # sign-in call, whose one-time ticket is its credential.
-_OPEN_TO_BROWSERS = {("GET", "/"), ("HEAD", "/"), ("GET", "/login"), ("HEAD", "/login"), ("POST", "/ui/login")}
+_SIGN_IN = ("POST", "/ui/login")
+_OPEN_TO_BROWSERS = {("GET", "/"), ("HEAD", "/"), ("GET", "/login"), ("HEAD", "/login")}
 _OPEN_PREFIX = "/assets/"
 _SIGN_IN_HINT = "run `cao ui` on the server's machine and open the one-time login link it prints"
 _TOKEN_HINT = "send 'Authorization: Bearer <token>' with the token in the auth-token file of the server's cao home"
@@ -136,16 +140,11 @@ class OwnerOrToken:
         elif any(name in _FORWARDING_HEADERS for name, _ in headers):
             reason = "a forwarded request does not show who sent it"
         else:
-            peer_uid = socket_owner_uid((client[0], int(client[1])), (server[0], int(server[1])))
+            peer_uid = _peer_uid(scope)
             if peer_uid == self.owner_uid:
                 return None
             if peer_uid is not None:
-                return Refusal(
-                    403,
-                    f"this cao-server belongs to uid {self.owner_uid} and refuses uid "
-                    f"{peer_uid}: only its owner may use it (its auth-token file admits, "
-                    "and only the owner can read it)",
-                )
+                return self._not_the_owner(peer_uid)
             reason = "the user behind this connection cannot be determined"
         if presented is not None:
             return Refusal(401, f"invalid bearer token ({reason}, so a token is required); {_TOKEN_HINT}")
@@ -154,8 +153,15 @@ class OwnerOrToken:
     def check_browser(self, scope, headers: list[tuple[bytes, bytes]]) -> Refusal | None:
         method = scope.get("method", "GET") if scope["type"] == "http" else "WEBSOCKET"
         path = scope.get("path", "")
+        if (method, path) == _SIGN_IN:
+            return self._browser_of_another_user(scope)
         if (method, path) in _OPEN_TO_BROWSERS or (method in ("GET", "HEAD") and path.startswith(_OPEN_PREFIX)):
             return None
+        # The sign-in and every signed-in request must come from the owner's own browser: a
+        # cookie or a ticket is a bearer credential, and another local user could copy one.
+        wrong_user = self._browser_of_another_user(scope)
+        if wrong_user is not None:
+            return wrong_user
         session = session_cookie(headers, cookie_name(scope))
         if session is None or not self.logins.check(session):
             return Refusal(401, f"this browser has not signed in: {_SIGN_IN_HINT}")
@@ -166,6 +172,37 @@ class OwnerOrToken:
             return None
         if _header(headers, b"sec-fetch-site").lower() not in _OWN_SITE:
             return Refusal(403, "a request started by another site is refused")
+        return None
+
+    def _browser_of_another_user(self, scope) -> Refusal | None:
+        """A browser on this machine runs as some user, and the kernel names it: only the
+        owner's is let in. A peer it cannot name is let in only from another machine (a
+        non-loopback bind, where the cookie alone has always been the rule)."""
+        peer_uid = _peer_uid(scope)
+        if peer_uid is not None and peer_uid != self.owner_uid:
+            return self._not_the_owner(peer_uid)
+        client = scope.get("client")
+        if peer_uid is None and (not client or is_loopback(client[0])):
+            return Refusal(403, "the user behind this browser's connection cannot be determined")
+        return None
+
+    def _not_the_owner(self, peer_uid: int) -> Refusal:
+        return Refusal(
+            403,
+            f"this cao-server belongs to uid {self.owner_uid} and refuses uid "
+            f"{peer_uid}: only its owner may use it (its auth-token file admits, "
+            "and only the owner can read it)",
+        )
+
+
+def _peer_uid(scope) -> int | None:
+    """The uid that opened the client's socket, if the kernel knows it (a local peer)."""
+    client, server = scope.get("client"), scope.get("server")
+    if not (client and server and client[1] is not None and server[1] is not None):
+        return None
+    try:
+        return socket_owner_uid((client[0], int(client[1])), (server[0], int(server[1])))
+    except (ValueError, TypeError):
         return None
 
 

@@ -15,11 +15,11 @@ from ..errors import InvalidInput
 from ..flows.service import FlowService
 from .errors import EVERY_ROUTE, answers
 from .limits import StrictJsonRoute
-from .schemas import HOST_DESCRIPTION, MAX_NAME, MAX_PATH
+from .schemas import FLOW_NAME, HOST_DESCRIPTION, MAX_NAME, MAX_PATH, PROFILE_NAME, given, refused, stated
 
 router = APIRouter(prefix="/flows", tags=["flows"], route_class=StrictJsonRoute, responses=EVERY_ROUTE)
 
-FlowName = Annotated[str, Path(max_length=64, description="flow name: 1-55 of [A-Za-z0-9_-]")]
+FlowName = Annotated[str, Path(max_length=64, json_schema_extra=FLOW_NAME)]
 READS = answers(404, 422, 503)
 MAX_PROMPT = 256 * 1024
 
@@ -78,15 +78,42 @@ class RunAnswer(BaseModel):
     run: FlowRunOut
 
 
+_FLOW_FIELDS = (
+    "name",
+    "schedule",
+    "agent_profile",
+    "provider",
+    "prompt_template",
+    "script",
+    "timezone",
+    "engine",
+    "host",
+    "timeout",
+    "description",
+)
+
+
 class AddBody(BaseModel):
     """Either `path` (a flow file on the server's machine, what `cao flow add FILE` sends) or
     the fields of a flow (`name`, `schedule`, `agent_profile`, `prompt_template`, ...)."""
 
-    model_config = ConfigDict(extra="forbid")
+    # add_flow's rule, stated: `path` and nothing else, or the flow's fields with at least these four.
+    model_config = ConfigDict(
+        extra="forbid",
+        json_schema_extra={
+            "oneOf": [
+                {"allOf": given("path"), "not": {"anyOf": given(*_FLOW_FIELDS)}},
+                {
+                    "allOf": given("name", "schedule", "agent_profile", "prompt_template"),
+                    "not": {"anyOf": given("path")},
+                },
+            ]
+        },
+    )
     path: str | None = Field(None, min_length=1, max_length=MAX_PATH)
-    name: str | None = Field(None, max_length=64)
-    schedule: str | None = Field(None, max_length=200)
-    agent_profile: str | None = Field(None, max_length=MAX_NAME)
+    name: str | None = Field(None, max_length=64, json_schema_extra=FLOW_NAME)
+    schedule: str | None = Field(None, max_length=200, json_schema_extra=stated(minLength=1))
+    agent_profile: str | None = Field(None, max_length=MAX_NAME, json_schema_extra=PROFILE_NAME)
     provider: str | None = Field(None, max_length=MAX_NAME)
     prompt_template: str | None = Field(None, max_length=MAX_PROMPT)
     script: str | None = Field(None, max_length=MAX_PATH, description="gate script; relative to the flows directory")
@@ -103,7 +130,17 @@ async def list_flows(request: Request) -> list[FlowOut]:
     return [FlowOut(**f) for f in await service(request).list()]
 
 
-@router.post("", status_code=status.HTTP_201_CREATED, responses=answers(422, 503))
+@router.post(
+    "",
+    status_code=status.HTTP_201_CREATED,
+    responses={
+        **answers(422, 503),
+        **refused(
+            "a schedule that is not a 5-field cron expression; a time zone, profile, provider, gate script or "
+            "host that does not exist; a flow file that is not there or does not parse"
+        ),
+    },
+)
 async def add_flow(request: Request, body: AddBody) -> FlowOut:
     """Add a flow (or replace the one of that name; its runs stay). It is enabled."""
     svc = service(request)

@@ -14,6 +14,7 @@ from ..services.hosts.records import MAX_AGENTS_LIMIT, MAX_IDENTITY, MAX_NAME, M
 from ..services.hosts.service import HostService
 from .errors import EVERY_ROUTE, answers
 from .limits import StrictJsonRoute
+from .schemas import HOST_PATTERN, refused, stated
 
 router = APIRouter(prefix="/hosts", tags=["hosts"], route_class=StrictJsonRoute, responses=EVERY_ROUTE)
 
@@ -43,11 +44,32 @@ class HostOut(BaseModel):
     )
 
 
+# The form of an ssh target the service accepts; it also checks the parts (a DNS name, an IP
+# address, a port 1-65535): a 400 with the reason.
+SSH_TARGET_FORM = (
+    r"^(?:[a-z_][a-z0-9_-]{0,31}@)?"
+    r"(?:[A-Za-z0-9.-]+(?::[0-9]{1,5})?|\[[0-9A-Fa-f:.]+\](?::[0-9]{1,5})?|[0-9A-Fa-f:.]+)$"
+)
+
+
 class AddBody(BaseModel):
     model_config = ConfigDict(extra="forbid")
-    name: str = Field(max_length=MAX_NAME, description="1-32 of [a-z0-9-], starting with [a-z0-9]")
-    ssh: str = Field(max_length=MAX_TARGET, description="[user@]host[:port]; an IPv6 address in brackets")
-    identity: str | None = Field(None, max_length=MAX_IDENTITY, description="absolute path of a private key file")
+    name: str = Field(
+        max_length=MAX_NAME,
+        description="1-32 of [a-z0-9-], starting with [a-z0-9]",
+        json_schema_extra=stated(pattern=HOST_PATTERN),
+    )
+    ssh: str = Field(
+        max_length=MAX_TARGET,
+        description="[user@]host[:port]; an IPv6 address in brackets",
+        json_schema_extra=stated(pattern=SSH_TARGET_FORM),
+    )
+    identity: str | None = Field(
+        None,
+        max_length=MAX_IDENTITY,
+        description="absolute path of a private key file",
+        json_schema_extra=stated(pattern=r"^/[^%\x00-\x1f]*$"),
+    )
     max_agents: int | None = Field(None, ge=1, le=MAX_AGENTS_LIMIT)
 
 
@@ -76,7 +98,17 @@ async def list_hosts(request: Request) -> list[HostOut]:
     return [HostOut(**h) for h in await service(request).list()]
 
 
-@router.post("", status_code=status.HTTP_201_CREATED, responses=answers(409, 422, 503))
+@router.post(
+    "",
+    status_code=status.HTTP_201_CREATED,
+    responses={
+        **answers(409, 422, 503),
+        **refused(
+            "an ssh target whose host is not a DNS name or an IP address or whose port is not 1-65535, "
+            "an identity file that does not exist"
+        ),
+    },
+)
 async def add_host(request: Request, body: AddBody) -> HostOut:
     """Register a host (nothing connects yet: `POST /hosts/{name}/check` does)."""
     return HostOut(**await service(request).add(body.name, body.ssh, body.identity, body.max_agents))

@@ -1,7 +1,8 @@
 """What the HTTP edge refuses before a route sees it: a body over CAO_MAX_BODY_BYTES
-(413, decided from Content-Length or while a chunked body streams in), and JSON that
+(413, decided from Content-Length or while a chunked body streams in), JSON that
 Python's parser accepts but nothing downstream can carry: numbers that are not finite
-(NaN, Infinity, 1e400) and strings with lone UTF-16 surrogates (not Unicode text).
+(NaN, Infinity, 1e400) and strings with lone UTF-16 surrogates (not Unicode text), and a
+method the path does not have (405, its `Allow` naming every method the path has).
 """
 
 from __future__ import annotations
@@ -9,10 +10,11 @@ from __future__ import annotations
 import json
 import math
 import re
+import weakref
 from collections.abc import Callable, Coroutine
 from typing import Any
 
-from fastapi import Request, Response
+from fastapi import HTTPException, Request, Response
 from fastapi.routing import APIRoute
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
@@ -131,7 +133,7 @@ class StrictJsonRequest(Request):
 
 class StrictJsonRoute(APIRoute):
     """Route class for cao's routers: bodies are parsed by StrictJsonRequest, so what it
-    refuses is FastAPI's usual 422 `json_invalid`."""
+    refuses is FastAPI's usual 422 `json_invalid`; a 405 lists every method of the path."""
 
     def get_route_handler(self) -> Callable[[Request], Coroutine[Any, Any, Response]]:
         handler = super().get_route_handler()
@@ -140,3 +142,34 @@ class StrictJsonRoute(APIRoute):
             return await handler(StrictJsonRequest(request.scope, request.receive))
 
         return handle
+
+    async def handle(self, scope: Scope, receive: Receive, send: Send) -> None:
+        # Each method of a path is a route of its own, and Starlette's 405 names only the methods
+        # of the route that happened to match first; `Allow` must name all of the path's. A path
+        # that is a documented path of its own (`/terminals/run-step`) is never taken by a
+        # template beside it (`/terminals/{terminal_id}`) for a method it does not have.
+        allowed: set[str] | None = None
+        if self.param_convertors:
+            own = _documented_paths(scope.get("app")).get(scope.get("path", ""))
+            if own is not None and scope["method"] not in own:
+                allowed = own
+        if allowed is None and self.methods and scope["method"] not in self.methods:
+            allowed = set(self.methods) | _documented_paths(scope.get("app")).get(self.path_format, set())
+        if allowed is not None:
+            raise HTTPException(405, headers={"Allow": ", ".join(sorted(allowed))})
+        await super().handle(scope, receive, send)
+
+
+_PATHS: weakref.WeakKeyDictionary[Any, dict[str, set[str]]] = weakref.WeakKeyDictionary()
+
+
+def _documented_paths(app: Any) -> dict[str, set[str]]:
+    """Each path template of the app's OpenAPI document and its methods (read once per app)."""
+    if app is None:
+        return {}
+    paths = _PATHS.get(app)
+    if paths is None:
+        openapi = getattr(app, "openapi", None)
+        items = openapi().get("paths", {}) if callable(openapi) else {}
+        paths = _PATHS[app] = {path: {method.upper() for method in item} for path, item in items.items()}
+    return paths

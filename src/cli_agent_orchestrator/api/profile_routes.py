@@ -10,11 +10,13 @@ from typing import Annotated, Any
 from fastapi import APIRouter, Path, Request
 from pydantic import BaseModel, ConfigDict, Field
 
+from ..models import SAFE_NAME_RE
 from ..profile_catalog import catalog, details, find_entry, summary
 from ..profile_install import InstallConfig, install_profile
 from ..services.launch import mcp_server_argv
 from .errors import EVERY_ROUTE, answers
 from .limits import StrictJsonRoute
+from .schemas import json_pattern, refused, stated
 
 router = APIRouter(prefix="/agents/profiles", tags=["profiles"], route_class=StrictJsonRoute, responses=EVERY_ROUTE)
 
@@ -39,7 +41,13 @@ def list_profiles(request: Request) -> list[dict[str, Any]]:
 
 class InstallRequest(BaseModel):
     model_config = ConfigDict(extra="forbid")
-    source: str = Field(min_length=1, max_length=2048, description="a profile name or an allow-listed https URL")
+    source: str = Field(
+        min_length=1,
+        max_length=2048,
+        description="a profile name or an allow-listed https URL",
+        # A name, or a URL (which host and scheme it may have is checked when it is fetched).
+        json_schema_extra=stated(pattern=json_pattern(SAFE_NAME_RE, "[A-Za-z][A-Za-z0-9+.-]*://.*")),
+    )
     provider: str | None = Field(default=None, max_length=64)
     env_vars: dict[str, str] | None = Field(default=None, max_length=64, description="written to the cao .env")
 
@@ -55,7 +63,16 @@ class InstallResponse(BaseModel):
     provider: str
 
 
-@router.post("/install", responses=answers(400, 422))
+@router.post(
+    "/install",
+    responses={
+        **answers(422),
+        **refused(
+            "a name that is neither built-in nor installed, a local path, a URL whose host is not allowed or "
+            "that cannot be fetched, a file that is not a profile"
+        ),
+    },
+)
 def install(request: Request, body: InstallRequest) -> InstallResponse:
     """Install a profile by name or from an https URL whose host is in
     CAO_PROFILE_ALLOWED_HOSTS (a local path is refused: files only through `cao install`).
@@ -63,7 +80,11 @@ def install(request: Request, body: InstallRequest) -> InstallResponse:
     Kiro agent JSON; 400 names the problem, and then nothing was written."""
     runtime = request.app.state.runtime
     config = InstallConfig.from_environ(
-        runtime.settings.home_dir, runtime.settings.default_provider, runtime.terminals.environ, mcp_server_argv()
+        runtime.settings.home_dir,
+        runtime.settings.default_provider,
+        runtime.terminals.environ,
+        mcp_server_argv(),
+        runtime.settings.profile_fetch_timeout,
     )
     result = install_profile(body.source, config, provider=body.provider, env_vars=body.env_vars, allow_files=False)
     return InstallResponse(**result.as_dict())

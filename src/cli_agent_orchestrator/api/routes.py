@@ -21,31 +21,46 @@ from ..services.orchestration import StepRequest
 from ..services.terminals.engines import terminal_engine
 from ..services.terminals.spawn import CreateRequest
 from ..workflows.script_steps import parse_identity
+from ..workflows.step_execution import GENERATION_VAR, IDENTITY_VARS, RUN_ID_VAR, STEP_ID_VAR
 from .errors import EVERY_ROUTE, answers
 from .limits import StrictJsonRoute
 from .schemas import (
     HOST_DESCRIPTION,
     HOST_PATTERN,
+    KEY,
     MAX_NAME,
     MAX_PATH,
     MAX_TEXT,
+    MESSAGE_STATUS,
+    MODEL_NAME,
+    NEW_SESSION_NAME,
+    PROFILE_NAME,
+    SESSION_NAME,
+    WORKFLOW_NAME,
     InboxMessageOut,
     InboxPost,
     InitialMessage,
     InputBody,
     KeyBody,
+    OutputOut,
     SessionBody,
     TerminalOut,
     WorktreeOut,
+    given,
+    refused,
+    stated,
 )
 
 router = APIRouter(route_class=StrictJsonRoute, responses=EVERY_ROUTE)
 
 TerminalId = Annotated[str, Path(pattern=r"^[a-f0-9]{8}$", description="8 lowercase hex characters")]
-SessionName = Annotated[str, Path(max_length=MAX_NAME)]
-# Query parameters of the create routes; the service checks the content, these bound the size.
-Profile = Annotated[str, Query(max_length=MAX_NAME)]
+SessionName = Annotated[str, Path(max_length=MAX_NAME, json_schema_extra=SESSION_NAME)]
+# Query parameters of the create routes: these bound the size, the services check the content
+# (what the schema states of it is `stated`: a 400 with the service's reason).
+Profile = Annotated[str, Query(max_length=MAX_NAME, json_schema_extra=PROFILE_NAME)]
 Name = Annotated[str | None, Query(max_length=MAX_NAME)]
+NewSessionName = Annotated[str | None, Query(max_length=MAX_NAME, json_schema_extra=NEW_SESSION_NAME)]
+Model = Annotated[str | None, Query(max_length=MAX_NAME, json_schema_extra=MODEL_NAME)]
 WorkingDirectory = Annotated[str | None, Query(max_length=MAX_PATH)]
 ToolList = Annotated[str | None, Query(max_length=MAX_PATH, description="comma-separated tool names")]
 CallerId = Annotated[str | None, Query(pattern=r"^[a-f0-9]{8}$")]
@@ -56,6 +71,11 @@ Host = Annotated[str | None, Query(pattern=HOST_PATTERN, description=HOST_DESCRI
 LISTS = answers(503)
 ABOUT_ONE = answers(404, 422, 503)  # one named session or terminal
 CREATES = answers(404, 422, 502, 503, 504)
+# What the spawner alone can judge (a 400 with the reason).
+SPAWN_REFUSALS = (
+    "a provider that is unknown or not installed (or none given and the default unusable), a working "
+    "directory that does not exist, an engine, model or tool list the provider cannot take"
+)
 
 
 def rt(request: Request):
@@ -98,15 +118,23 @@ async def _create(request: Request, req: CreateRequest, body: InitialMessage | N
 
 
 # --- sessions -----------------------------------------------------------------------
-@router.post("/sessions", status_code=status.HTTP_201_CREATED, response_model=TerminalOut, responses=CREATES)
+@router.post(
+    "/sessions",
+    status_code=status.HTTP_201_CREATED,
+    response_model=TerminalOut,
+    responses={
+        **CREATES,
+        **refused(f"{SPAWN_REFUSALS}, `env_vars` names that are not allowed, a session name of flows (`cao-flow-*`)"),
+    },
+)
 async def create_session(
     request: Request,
     agent_profile: Profile,
     provider: Name = None,
-    session_name: Name = None,
+    session_name: NewSessionName = None,
     working_directory: WorkingDirectory = None,
     allowed_tools: ToolList = None,
-    model: Name = None,
+    model: Model = None,
     yolo: bool = False,
     engine: Engine = None,
     use_worktree: bool = False,
@@ -150,7 +178,7 @@ async def delete_session(request: Request, session_name: SessionName) -> dict:
     "/sessions/{session_name}/terminals",
     status_code=status.HTTP_201_CREATED,
     response_model=TerminalOut,
-    responses=CREATES,
+    responses={**CREATES, **refused(f"{SPAWN_REFUSALS}, a body `initial_message` without `defer_init=true`")},
 )
 async def create_terminal(
     request: Request,
@@ -161,7 +189,7 @@ async def create_terminal(
     allowed_tools: ToolList = None,
     caller_id: CallerId = None,
     defer_init: bool = False,
-    model: Name = None,
+    model: Model = None,
     yolo: bool = False,
     engine: Engine = None,
     use_worktree: bool = False,
@@ -229,7 +257,10 @@ async def attach_terminal(request: Request, terminal_id: TerminalId) -> dict:
     return await rt(request).terminals.attach(terminal_id)
 
 
-@router.post("/terminals/{terminal_id}/input", responses={**ABOUT_ONE, **answers(409)})
+@router.post(
+    "/terminals/{terminal_id}/input",
+    responses={**ABOUT_ONE, **answers(409), **refused("the message in neither the JSON body nor `?message=`")},
+)
 async def send_input(
     request: Request,
     terminal_id: TerminalId,
@@ -243,22 +274,36 @@ async def send_input(
     return {"success": True, "turn": turn}
 
 
-@router.post("/terminals/{terminal_id}/key", responses=ABOUT_ONE)
+@router.post(
+    "/terminals/{terminal_id}/key",
+    responses={**ABOUT_ONE, **answers(409), **refused("the key in neither the JSON body nor `?key=`")},
+)
 async def send_key(
     request: Request,
     terminal_id: TerminalId,
-    key: Annotated[str | None, Query(max_length=16)] = None,
+    key: Annotated[str | None, Query(max_length=16, json_schema_extra=KEY)] = None,
     body: Annotated[KeyBody | None, Body()] = None,
 ) -> dict:
     await rt(request).terminals.send_key(terminal_id, _text(body.key if body else None, key, "key"))
     return {"success": True}
 
 
-@router.get("/terminals/{terminal_id}/output", responses={**ABOUT_ONE, **answers(409)})
+@router.get(
+    "/terminals/{terminal_id}/output",
+    response_model=OutputOut,
+    response_model_exclude_defaults=True,  # `truncated` and `reason` only when they have something to say
+    responses={**ABOUT_ONE, **answers(409)},
+)
 async def get_output(
     request: Request, terminal_id: TerminalId, mode: Annotated[str, Query(pattern="^(full|last)$")] = "full"
-) -> dict:
-    return {"output": await rt(request).terminals.output(terminal_id, mode), "mode": mode}
+) -> OutputOut:
+    """`full`: the whole history as text. `last`: the last reply; 409 while there is none. A
+    reply whose start scrolled out of the history is `truncated`, with what is left of it."""
+    terminals = rt(request).terminals
+    if mode == "full":
+        return OutputOut(output=await terminals.output(terminal_id, mode), mode="full")
+    reply = await terminals.last_reply(terminal_id)
+    return OutputOut(output=reply.text, mode="last", truncated=reply.cut is not None, reason=reply.cut)
 
 
 @router.get("/terminals/{terminal_id}/working-directory", responses=ABOUT_ONE)
@@ -293,7 +338,15 @@ class HookBody(BaseModel):
     """cao-hook's `{"event", "payload"}`, or a CLI's own hook JSON as an HTTP hook posts it
     (Claude Code's `"type": "http"` hooks: the event in `hook_event_name`, the JSON its payload)."""
 
-    model_config = ConfigDict(extra="allow")
+    # The model validator's rule, stated: one of the two names the event.
+    model_config = ConfigDict(
+        extra="allow",
+        json_schema_extra={
+            "anyOf": [
+                {"required": [name], "properties": {name: {"type": "string"}}} for name in ("event", "hook_event_name")
+            ]
+        },
+    )
     event: str | None = Field(None, min_length=1, max_length=64, pattern=HOOK_EVENT_PATTERN)
     payload: dict | None = None
     hook_event_name: str | None = Field(None, min_length=1, max_length=64, pattern=HOOK_EVENT_PATTERN)
@@ -331,10 +384,16 @@ async def post_hook(
 
 
 # --- inbox --------------------------------------------------------------------------
-@router.post("/terminals/{receiver_id}/inbox/messages", responses=ABOUT_ONE)
+@router.post(
+    "/terminals/{terminal_id}/inbox/messages",
+    responses={
+        **ABOUT_ONE,
+        **refused("the message or `sender_id` in neither the JSON body nor the query, a message to its sender"),
+    },
+)
 async def post_inbox_message(
     request: Request,
-    receiver_id: TerminalId,
+    terminal_id: TerminalId,
     sender_id: Annotated[str | None, Query(max_length=128)] = None,
     message: Annotated[str | None, Query(max_length=MAX_TEXT)] = None,
     body: Annotated[InboxPost | None, Body()] = None,
@@ -343,7 +402,7 @@ async def post_inbox_message(
     sender = body.sender_id if body else sender_id
     if not sender:
         raise InvalidInput("sender_id is required")
-    msg = await rt(request).inbox.post(receiver_id, sender, text)
+    msg = await rt(request).inbox.post(terminal_id, sender, text)
     return {
         "success": True,
         "message_id": msg.id,
@@ -358,7 +417,7 @@ async def list_inbox_messages(
     request: Request,
     terminal_id: TerminalId,
     limit: Annotated[int, Query(ge=1, le=1000)] = 10,
-    status: Annotated[str | None, Query(max_length=16)] = None,
+    status: Annotated[str | None, Query(max_length=16, json_schema_extra=MESSAGE_STATUS)] = None,
 ) -> list[InboxMessageOut]:
     wanted = None
     if status is not None:
@@ -370,22 +429,52 @@ async def list_inbox_messages(
 
 
 # --- one agent step (MCP handoff, workflow steps) --------------------------------------
+_STEP_ID = {"type": "string", "pattern": WORKFLOW_NAME["pattern"]}
+STEP_IDENTITY = stated(
+    required=list(IDENTITY_VARS),
+    additionalProperties=False,
+    properties={
+        RUN_ID_VAR: _STEP_ID,
+        GENERATION_VAR: {"type": "string", "pattern": "^[0-9]{1,12}$"},
+        STEP_ID_VAR: _STEP_ID,
+    },
+)
+
+
 class RunStepBody(BaseModel):
     """One agent step. With `env_vars` (a workflow step's identity) the call goes through
     the workflow journal and the resume gate; without, it simply runs."""
 
-    model_config = ConfigDict(extra="forbid")
+    # run_step's rules, stated: what a reused terminal cannot be combined with.
+    model_config = ConfigDict(
+        extra="forbid",
+        json_schema_extra={
+            "not": {
+                "anyOf": [
+                    {"allOf": given("env_vars", "reuse_terminal_id")},
+                    {"allOf": given("host", "reuse_terminal_id")},
+                    {
+                        "allOf": [
+                            {"required": ["use_worktree"], "properties": {"use_worktree": {"const": True}}},
+                            *given("reuse_terminal_id"),
+                        ]
+                    },
+                ]
+            }
+        },
+    )
     provider: str | None = Field(None, max_length=MAX_NAME)
-    agent: str = Field(..., min_length=1, max_length=64)
+    agent: str = Field(..., min_length=1, max_length=64, json_schema_extra=PROFILE_NAME)
     prompt: str = Field(..., min_length=1, max_length=MAX_TEXT)
-    session_name: str | None = Field(None, max_length=MAX_NAME)
+    session_name: str | None = Field(None, max_length=MAX_NAME, json_schema_extra=NEW_SESSION_NAME)
     teardown: bool = True
     timeout: float = Field(600.0, gt=0, le=86400, allow_inf_nan=False)
     working_directory: str | None = Field(None, max_length=MAX_PATH)
     caller_id: str | None = Field(None, pattern=r"^[a-f0-9]{8}$")
     allowed_tools: list[Annotated[str, Field(max_length=MAX_PATH)]] | None = Field(None, max_length=256)
-    model: str | None = Field(None, max_length=MAX_NAME)
-    env_vars: dict[str, object] | None = None  # checked by parse_identity, values never echoed
+    model: str | None = Field(None, max_length=MAX_NAME, json_schema_extra=MODEL_NAME)
+    # Checked by parse_identity (422), values never echoed.
+    env_vars: dict[str, object] | None = Field(None, json_schema_extra=STEP_IDENTITY)
     recovery: Literal["idempotent", "reconcile", "manual"] | None = None
     reuse_terminal_id: str | None = Field(None, pattern=r"^[a-f0-9]{8}$")
     use_worktree: bool = False
@@ -393,7 +482,7 @@ class RunStepBody(BaseModel):
     host: str | None = Field(None, pattern=HOST_PATTERN, description=HOST_DESCRIPTION)
 
 
-@router.post("/terminals/run-step", responses={**CREATES, **answers(409)})
+@router.post("/terminals/run-step", responses={**CREATES, **answers(409), **refused(SPAWN_REFUSALS)})
 async def run_step(request: Request, body: RunStepBody) -> dict:
     fields = body.model_dump(exclude={"env_vars", "recovery"})
     if body.use_worktree and body.reuse_terminal_id is not None:

@@ -1,12 +1,32 @@
-"""Pydantic models at the HTTP edge (inside, cao uses plain dataclasses)."""
+"""Pydantic models at the HTTP edge (inside, cao uses plain dataclasses), and the rules the
+OpenAPI document states: each a size FastAPI enforces, or a service's own check written down
+where clients read it (`stated`, `refused`), so that the document tells what the server does.
+"""
 
 from __future__ import annotations
 
-from pydantic import BaseModel, ConfigDict, Field
+import re
+from typing import Any, Literal
 
-from ..models import InboxMessage, OrchestrationType, Terminal, Worktree
+from pydantic import BaseModel, ConfigDict, Field
+from pydantic.config import JsonValue
+
+from ..flows.spec import FLOW_NAME_RE
+from ..models import (
+    MODEL_RE,
+    SAFE_NAME_RE,
+    SESSION_PREFIX,
+    InboxMessage,
+    MessageStatus,
+    OrchestrationType,
+    Terminal,
+    Worktree,
+)
 from ..services.hosts.records import NAME_RE as HOST_NAME_RE
+from ..services.input import NAMED_KEYS
 from ..services.terminals.engines import terminal_engine
+from ..workflows.specs import NAME_RE as WORKFLOW_NAME_RE
+from .errors import Error
 
 MAX_TEXT = 1_000_000  # characters in one message; a 100 KB task is routine
 MAX_PATH = 4096  # characters in a path (PATH_MAX on Linux)
@@ -15,6 +35,52 @@ MAX_NAME = 128  # a profile, provider, model or session name (the services allow
 # one is a 422 at the edge, an unknown one a 400 from the spawner.
 HOST_PATTERN = rf"^{HOST_NAME_RE.pattern}$"
 HOST_DESCRIPTION = "a registered host's name (`cao host list`) or local; default: the placement policy"
+
+
+def json_pattern(regex: re.Pattern[str], *others: str) -> str:
+    """A Python regex that is matched whole (`\\A…\\Z`, or used with fullmatch) as the
+    JSON Schema pattern OpenAPI states (the services' own rule, so the two cannot drift);
+    `others`: more alternatives that also pass."""
+    body = regex.pattern.removeprefix("\\A").removesuffix("\\Z")
+    return f"^(?:{'|'.join((body, *others))})$"
+
+
+def stated(**schema: Any) -> dict[str, Any]:
+    """What a service checks itself, answering with its own status and one-line reason as it
+    always has (mostly 400): stated in OpenAPI (`json_schema_extra`) without FastAPI enforcing
+    it, which would answer 422 with pydantic's words instead."""
+    return schema
+
+
+def refused(why: str) -> dict[int | str, dict[str, Any]]:
+    """A route's own 400: what only the service can judge (a file, a name that must exist, a
+    rule across the query and the body), said where OpenAPI documents the route."""
+    return {400: {"model": Error, "description": f"Refused, with the reason: {why}; or a Host header not allowed"}}
+
+
+def given(*names: str) -> list[JsonValue]:
+    """JSON Schema for a body rule: each of these fields is there and not null (cao reads a
+    null field as one not given)."""
+    return [{"required": [name], "properties": {name: {"not": {"type": "null"}}}} for name in names]
+
+
+PROFILE_NAME = stated(pattern=json_pattern(SAFE_NAME_RE), description="1-64 of [A-Za-z0-9_-], not starting with '-'")
+FLOW_NAME = stated(pattern=json_pattern(FLOW_NAME_RE), description="flow name: 1-55 of [A-Za-z0-9_-]")
+# Workflow spec names and run ids follow one rule.
+WORKFLOW_NAME = stated(pattern=json_pattern(WORKFLOW_NAME_RE), description="1-64 of [A-Za-z0-9_-]")
+MODEL_NAME = stated(pattern=json_pattern(MODEL_RE), description="1-128 of [A-Za-z0-9._:/-]")
+# A session name gets the `cao-` prefix unless it has it, and then passes the safe-name rule:
+# so at most 64 characters with the prefix, 60 without it.
+_SESSION_NAMES = (
+    f"{SESSION_PREFIX}[A-Za-z0-9_-]{{0,{64 - len(SESSION_PREFIX)}}}|[A-Za-z0-9_-]{{1,{64 - len(SESSION_PREFIX)}}}"
+)
+_SESSION_RULE = f"up to 64 of [A-Za-z0-9_-] with the `{SESSION_PREFIX}` prefix, which is added when missing"
+SESSION_NAME = stated(pattern=f"^(?:{_SESSION_NAMES})$", description=_SESSION_RULE)
+# The name a new session is given: empty (or none) is a generated one.
+NEW_SESSION_NAME = stated(pattern=f"^(?:{_SESSION_NAMES}|)$", description=f"{_SESSION_RULE}; empty: a generated name")
+MESSAGE_STATUS = stated(enum=[s.value for s in MessageStatus])
+# services/input.py's valid_key: a named key, one letter or digit, C-/M-/S- plus one, or F1-F12.
+KEY = stated(pattern=f"^(?:{'|'.join(sorted(NAMED_KEYS))}|[A-Za-z0-9]|[CMS]-[A-Za-z0-9]|F(?:[1-9]|1[0-2]))$")
 
 
 class WorktreeOut(BaseModel):
@@ -79,7 +145,7 @@ class TerminalOut(BaseModel):
 
 class InitialMessage(BaseModel):
     model_config = ConfigDict(extra="forbid")
-    initial_message: str | None = Field(None, max_length=MAX_TEXT)
+    initial_message: str | None = Field(None, max_length=MAX_TEXT, json_schema_extra=stated(minLength=1))
     initial_message_orchestration_type: OrchestrationType | None = None
 
 
@@ -97,13 +163,24 @@ class InputBody(BaseModel):
 
 class KeyBody(BaseModel):
     model_config = ConfigDict(extra="forbid")
-    key: str = Field(..., max_length=16)
+    key: str = Field(..., max_length=16, json_schema_extra=KEY)
 
 
 class InboxPost(BaseModel):
     model_config = ConfigDict(extra="forbid")
     message: str = Field(..., min_length=1, max_length=MAX_TEXT)
     sender_id: str = Field(..., min_length=1, max_length=128)
+
+
+class OutputOut(BaseModel):
+    """`GET /terminals/{id}/output`: the history, or the last reply. `truncated` (only then
+    present, with `reason`): the reply's start scrolled out of the terminal's history, so
+    `output` is what is left of it."""
+
+    output: str
+    mode: Literal["full", "last"]
+    truncated: bool = False
+    reason: str | None = None
 
 
 class InboxMessageOut(BaseModel):

@@ -45,7 +45,7 @@ from .errors import EVERY_ROUTE, answers
 from .events_stream import SSE_CONTENT, sse_follow
 from .limits import StrictJsonRoute
 from .routes import TerminalId
-from .schemas import MAX_NAME, MAX_PATH, TerminalOut
+from .schemas import MAX_NAME, MAX_PATH, PROFILE_NAME, TerminalOut, refused
 
 router = APIRouter(route_class=StrictJsonRoute, responses=EVERY_ROUTE, tags=["web ui"])
 # What a board draws; never terminal output, screens or hooks (they would only cost the page work).
@@ -120,10 +120,16 @@ async def waiting_prompt(request: Request, terminal_id: TerminalId) -> dict:
     }
 
 
-@router.get("/ui/launch-preview", responses=answers(400, 404, 422))
+@router.get(
+    "/ui/launch-preview",
+    responses={
+        **answers(404, 422),
+        **refused("the tools, unknown to the tool policy, or a profile that does not load"),
+    },
+)
 async def launch_preview(
     request: Request,
-    agent_profile: Annotated[str, Query(max_length=MAX_NAME)],
+    agent_profile: Annotated[str, Query(max_length=MAX_NAME, json_schema_extra=PROFILE_NAME)],
     provider: Annotated[str | None, Query(max_length=MAX_NAME)] = None,
     working_directory: Annotated[str | None, Query(max_length=MAX_PATH)] = None,
     allowed_tools: Annotated[str | None, Query(max_length=MAX_PATH)] = None,

@@ -20,21 +20,29 @@ from pydantic import BaseModel, ConfigDict, Field
 from ..errors import InvalidInput, NotFound
 from ..events import WorkflowEvent
 from ..workflows.inputs import MAX_INPUTS_BYTES, inputs_size
-from ..workflows.records import Decision, EventRecord
+from ..workflows.records import Decision, EventRecord, RunState
 from ..workflows.service import WorkflowService
+from ..workflows.specs import check_name
 from .errors import EVERY_ROUTE, answers
 from .events_stream import SSE_CONTENT
 from .limits import StrictJsonRoute
-from .schemas import MAX_PATH
+from .schemas import MAX_PATH, WORKFLOW_NAME, refused, stated
 
 router = APIRouter(prefix="/workflows", tags=["workflows"], route_class=StrictJsonRoute, responses=EVERY_ROUTE)
 
-RunId = Annotated[str, Path(max_length=64, description="run id: 1-64 of [A-Za-z0-9_-]")]
-SpecName = Annotated[str, Path(max_length=64, description="workflow name: 1-64 of [A-Za-z0-9_-]")]
+# Run ids, step ids and spec names follow one rule (a 400 with the reason, as this API always did).
+RunId = Annotated[str, Path(max_length=64, json_schema_extra=WORKFLOW_NAME)]
+SpecName = Annotated[str, Path(max_length=64, json_schema_extra=WORKFLOW_NAME)]
+StepId = Annotated[str, Path(max_length=64, json_schema_extra=WORKFLOW_NAME)]
+# A spec's name, or a path (with a `/`, or a file name with its suffix) of a file in the workflow directory.
+NAME_OR_PATH = stated(pattern=r"^(?:[A-Za-z0-9_-]{1,64}|.*/.*|.*\.(?:py|yaml|yml))$")
 # Error statuses by what a route does (400, 401, 403 and 413 come with every route; 503 with every
 # route that uses the database, i.e. all but the spec catalogue's).
 READS_RUN = answers(404, 422, 503)
-STARTS_RUN = answers(404, 409, 422, 501, 503)
+STARTS_RUN = {
+    **answers(404, 409, 422, 501, 503),
+    **refused("a path outside the workflow directory or not a .py/.yaml/.yml file, inputs the workflow does not take"),
+}
 CHANGES_RUN = answers(404, 409, 422, 503)
 SSE_OR_JSON: dict[int | str, dict[str, Any]] = {
     200: {
@@ -55,9 +63,9 @@ def service(request: Request) -> WorkflowService:
 
 class RunBody(BaseModel):
     model_config = ConfigDict(extra="forbid")
-    name_or_path: str = Field(..., min_length=1, max_length=MAX_PATH)
+    name_or_path: str = Field(..., min_length=1, max_length=MAX_PATH, json_schema_extra=NAME_OR_PATH)
     inputs: dict[str, Any] = Field(default_factory=dict)
-    run_id: str | None = Field(None, max_length=64)
+    run_id: str | None = Field(None, max_length=64, json_schema_extra=WORKFLOW_NAME)
 
 
 class ResumeBody(BaseModel):
@@ -67,7 +75,19 @@ class ResumeBody(BaseModel):
 
 
 class ValidateBody(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    # The catalogue's rule, stated: a file (`path`), or text with its tier.
+    model_config = ConfigDict(
+        extra="forbid",
+        json_schema_extra={
+            "anyOf": [
+                {"required": ["path"], "properties": {"path": {"type": "string"}}},
+                {
+                    "required": ["source", "tier"],
+                    "properties": {"source": {"type": "string"}, "tier": {"type": "string"}},
+                },
+            ]
+        },
+    )
     path: str | None = Field(None, max_length=MAX_PATH)
     source: str | None = Field(None, max_length=256 * 1024)
     tier: Literal["script", "yaml"] | None = None
@@ -101,7 +121,10 @@ def _check_inputs_size(inputs: dict[str, Any]) -> None:
 
 
 # --- specs that need no name --------------------------------------------------------------
-@router.post("/validate", responses=answers(404, 422))
+@router.post(
+    "/validate",
+    responses={**answers(404, 422), **refused("a path outside the workflow directory or not a .py/.yaml/.yml file")},
+)
 async def validate(request: Request, body: ValidateBody) -> dict:
     """Lint a script or check a YAML spec: a file in the workflow directory (`path`) or
     text (`source` + `tier`). Answers 200 with status `fail` for an invalid spec."""
@@ -135,7 +158,9 @@ async def run_submit(request: Request, body: RunBody) -> dict:
 @router.get("/runs", responses=answers(422, 503))
 async def list_runs(
     request: Request,
-    state: Annotated[str | None, Query(max_length=16)] = None,
+    state: Annotated[
+        str | None, Query(max_length=16, json_schema_extra=stated(enum=[s.value for s in RunState]))
+    ] = None,
     limit: Annotated[int, Query(ge=1, le=500)] = 50,
 ) -> list[dict]:
     return await service(request).views.list_runs(state, limit)
@@ -163,7 +188,9 @@ async def run_wait(
 
 
 @router.get("/runs/{run_id}/compare", responses=READS_RUN)
-async def run_compare(request: Request, run_id: RunId, against: Annotated[str, Query(max_length=64)]) -> dict:
+async def run_compare(
+    request: Request, run_id: RunId, against: Annotated[str, Query(max_length=64, json_schema_extra=WORKFLOW_NAME)]
+) -> dict:
     """This run (the baseline) next to run `against`, step by step."""
     return await service(request).views.compare(run_id, against)
 
@@ -203,9 +230,7 @@ async def run_delete(request: Request, run_id: RunId) -> Response:
 
 
 @router.post("/runs/{run_id}/steps/{step_id}/output", responses=CHANGES_RUN)
-async def step_output(
-    request: Request, run_id: RunId, step_id: Annotated[str, Path(max_length=64)], body: StepOutputBody
-) -> dict:
+async def step_output(request: Request, run_id: RunId, step_id: StepId, body: StepOutputBody) -> dict:
     """Structured output for a step (MCP `workflow_return` from the step's agent)."""
     return await service(request).runs.record_step_output(run_id, step_id, body.output, body.generation)
 
@@ -234,6 +259,7 @@ async def run_events(
         return JSONResponse(
             {"events": [r.as_json() for r in rows], "gaps": [], "next_after_seq": rows[-1].seq if rows else after_seq}
         )
+    check_name(run_id, "run id")  # a malformed id is a 400 here too, not an absent run
     return StreamingResponse(
         _follow(request, run_id, after_seq),
         media_type="text/event-stream",

@@ -52,6 +52,10 @@ class TerminalBackend(Protocol):
         """`{"status": "ok"}`, or `{"status": "down", "reason": …}` after the server was lost
         (the backend then publishes BackendLost)."""
 
+    async def probe(self, deadline_s: float) -> dict:
+        """`health()`, with this machine's server asked now to answer within `deadline_s`
+        (`{"status": "not answering", "reason": …}` when it does not: stopped or overloaded)."""
+
     async def create_window(
         self,
         terminal_id: str,

@@ -89,6 +89,10 @@ class PlacedBackend:
             health = {**health, "hosts": {name: r.health() for name, r in sorted(self.remotes.items())}}
         return health
 
+    async def probe(self, deadline_s: float) -> dict:
+        """health(), with this machine's tmux asked now to answer within `deadline_s`."""
+        return {**self.health(), **await self.local.probe(deadline_s)}
+
     def host_health(self, host: str) -> dict | None:
         """A host's connection (None: never connected by this server)."""
         backend = self.remotes.get(host)

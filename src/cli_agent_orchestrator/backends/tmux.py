@@ -15,6 +15,9 @@ server on a paste into a dead pane).
 
 When the control client ends, the backend reconnects if the tmux server lives (re-reading
 every pane) and otherwise publishes `BackendLost`; the next terminal starts a new server.
+A server that does not answer (stopped, overloaded) is not a lost one: commands are answered
+BackendNotAnswering (503) after COMMAND_DEADLINE_S, `probe` tells /health within a fraction
+of a second, and a reconnect waits for the server as long as it takes, its agents intact.
 
 `CAO_OUTPUT_SOURCE=pipe-pane` selects the fallback source instead (tmux_pipe.py: pipe-pane
 into one FIFO per terminal); it carries no commands, so every command then runs as a tmux
@@ -34,12 +37,12 @@ from pathlib import Path
 from typing import Any
 
 from ..bus import EventBus
-from ..errors import BackendError
+from ..errors import BackendError, BackendNotAnswering
 from ..events import BackendLost, TerminalExited
 from . import tmux_input
 from .base import WindowInfo, WindowRef
 from .tmux_commands import Parsed, Reply, literal, window_target
-from .tmux_control import ControlClient
+from .tmux_control import COMMAND_DEADLINE_S, ControlClient
 from .tmux_panes import PaneMap
 from .tmux_pipe import PipePaneSource
 from .tmux_process import run_client
@@ -104,6 +107,8 @@ class TmuxBackend:
         self._stopping = False
         # Why the tmux server is not usable now (None: it is); shown by /health.
         self.down_reason: str | None = None
+        # Why a reconnect waits (the server lives but does not answer); None when it does not.
+        self.stalled_reason: str | None = None
 
     # --- running tmux -----------------------------------------------------------
     def base_argv(self) -> list[str]:
@@ -146,10 +151,18 @@ class TmuxBackend:
             return Reply(False, [], "tmux control channel lost")
         # A tmux client process: for the first command (no control client yet), for
         # commands that read stdin (load-buffer) and for all of them with pipe-pane.
-        return await run_client(self.client_argv(*args), (), input_bytes)
+        try:
+            return await asyncio.wait_for(run_client(self.client_argv(*args), (), input_bytes), COMMAND_DEADLINE_S)
+        except TimeoutError:  # run_client kills its process when cancelled
+            raise BackendNotAnswering(
+                f"tmux did not answer within {COMMAND_DEADLINE_S:g}s (its server is stopped or overloaded; "
+                "see /health); what was sent may still take effect when it answers"
+            ) from None
 
     # --- lifecycle --------------------------------------------------------------
     async def start(self) -> None:
+        if self.stalled_reason is not None:  # a reconnect holds the lock until tmux answers
+            raise BackendNotAnswering(self.stalled_reason)
         async with self._started:
             if self._source is not None and self._source.alive:
                 return
@@ -197,10 +210,41 @@ class TmuxBackend:
         return (await run_client(self.client_argv("list-sessions", "-F", "x"), ())).ok
 
     def health(self) -> dict:
-        """`{"status": "ok"|"down", "reason": …}` for /health."""
+        """`{"status": "ok"|"down"|"not answering", "reason": …}` as last known, for /health."""
         if self.down_reason is not None:
             return {"status": "down", "reason": self.down_reason}
+        if self.stalled_reason is not None:
+            return {"status": "not answering", "reason": self.stalled_reason}
         return {"status": "ok"}
+
+    async def probe(self, deadline_s: float) -> dict:
+        """`health()`, with the server asked now to answer a no-op within `deadline_s`."""
+        known = self.health()
+        if known["status"] != "ok":
+            return known
+        control = self._source if isinstance(self._source, ControlClient) else None
+        if control is not None and control.alive:
+            why = await control.probe(deadline_s)
+        else:  # the pipe-pane source, or between two control clients: a client process
+            try:
+                asked = run_client(self.client_argv("display-message", "-p", "x"), ())
+                reply = await asyncio.wait_for(asked, deadline_s)
+            except TimeoutError:
+                why = f"tmux does not answer (no reply within {deadline_s:g}s; is its server stopped?)"
+            else:
+                if not reply.ok:
+                    return {"status": "down", "reason": reply.error.strip() or "the tmux server does not run"}
+                why = None
+        return {"status": "ok"} if why is None else {"status": "not answering", "reason": why}
+
+    async def _server_state(self) -> str:
+        """Whether the server is "running", "gone", or "not answering" (stopped or overloaded)."""
+        probe = run_client(self.client_argv("list-sessions", "-F", "x"), ())
+        try:
+            reply = await asyncio.wait_for(probe, COMMAND_DEADLINE_S)
+        except TimeoutError:
+            return "not answering"
+        return "running" if reply.ok else "gone"
 
     # --- losing and regaining the output source -------------------------------------
     def _on_source_lost(self, reason: str) -> None:
@@ -216,22 +260,41 @@ class TmuxBackend:
             if lost is not None:
                 await lost.stop()
                 self._source = None
-            error = reason
-            for delay in RECONNECT_DELAYS_S:
-                await asyncio.sleep(delay)
-                if not await self.server_running():
+            error, state, attempt = reason, "running", 0
+            while attempt < len(RECONNECT_DELAYS_S):
+                await asyncio.sleep(RECONNECT_DELAYS_S[attempt])  # back-off between attempts, not sync
+                state = await self._server_state()
+                if state == "not answering":
+                    # Stopped (SIGSTOP) or overloaded, not lost: its agents live on. Ask again
+                    # as long as it takes; each question waits COMMAND_DEADLINE_S, and is
+                    # answered the moment the server runs again (a stopped process sends
+                    # nothing else to wait on). Once it answers, the attempts start afresh.
+                    if self.stalled_reason is None:
+                        log.warning("the tmux server %s does not answer; waiting for it", self.socket_name)
+                    self.stalled_reason = (
+                        f"tmux does not answer (its server {self.socket_name} lives but is stopped or overloaded); "
+                        "cao reconnects when it does"
+                    )
+                    attempt = 0
+                    continue
+                self.stalled_reason = None
+                if state == "gone":
                     break
+                attempt += 1
                 try:
                     await self._connect()
                 except (BackendError, ConnectionError, OSError) as exc:
                     error = f"{reason}; reconnecting failed: {exc}"
                     continue
                 log.warning("tmux output source reconnected after: %s", reason)
-                await self._reconcile()
+                try:
+                    await self._reconcile()
+                except BackendError as exc:  # stopped again meanwhile: the next loss reconnects
+                    log.warning("re-reading the panes after a reconnect failed: %s", exc)
                 return
             why = (
                 f"the tmux server of this cao home ({self.socket_name}) ended: {error}"
-                if not await self.server_running()
+                if state == "gone"
                 else f"lost the tmux server: {error}"
             )
             self.down_reason = why

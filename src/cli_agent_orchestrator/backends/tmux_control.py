@@ -9,10 +9,12 @@ brings is coalesced into one bus event per pane, and the reader yields to the lo
 every read: a pane printing a flood neither multiplies events nor holds the loop.
 
 Commands. Every command list is framed so its reply reaches its caller
-(tmux_control_replies.py). A channel that lost sync, or a reply that does not come within
-STALL_S, makes the client give up (every command in flight fails) and tell its owner, who
-reconnects or reports the tmux server gone. The same protocol works unchanged over SSH,
-which is how remote hosts will be added.
+(tmux_control_replies.py). A caller waits COMMAND_DEADLINE_S for its reply, then is told
+that tmux does not answer (BackendNotAnswering); the list stays in flight, since tmux may
+still run it. A channel that lost sync, or a reply that does not come within STALL_S, makes
+the client give up (every command in flight fails) and tell its owner, who reconnects or
+reports the tmux server gone. The same protocol works unchanged over SSH, which is how
+remote hosts will be added.
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ import logging
 from collections.abc import Callable
 
 from ..bus import EventBus
+from ..errors import BackendNotAnswering
 from ..events import ScreenSnapshot
 from .tmux_commands import SNAPSHOT_FORMAT, Reply, cursor_and_title
 from .tmux_control_output import DEATH_SUBSCRIPTION, ControlOutput
@@ -36,6 +39,11 @@ SUBSCRIBE_TIMEOUT_S = 5.0
 # tmux answers a command list in microseconds to milliseconds (a 100k-line capture is the
 # slowest we send); a reply this late means the channel is wedged.
 STALL_S = 15.0
+# How long a caller waits for a reply before it is answered that tmux does not answer (a
+# stopped or overloaded server): a thousand times what tmux takes, well short of STALL_S.
+COMMAND_DEADLINE_S = 5.0
+# What `probe` asks tmux: a command with no effect, answered at once by a live server.
+_PROBE = ["display-message", "-p", "cao-probe"]
 
 
 class ControlClient:
@@ -65,6 +73,7 @@ class ControlClient:
         self._replies = PendingReplies()
         self._output = ControlOutput(bus, panes)
         self._stall_timer: asyncio.TimerHandle | None = None
+        self._probe: asyncio.Future | None = None
 
     # --- watching -------------------------------------------------------------------
     def watch(self, pane_id: str, terminal_id: str, window_id: str) -> None:
@@ -136,9 +145,28 @@ class ControlClient:
             self.on_lost(reason)
 
     # --- commands -------------------------------------------------------------------
-    async def command(self, args: list[str]) -> Reply:
-        """Run a tmux command list (tokens; ";" separates commands) over this connection."""
-        return await self._send(args)
+    async def command(self, args: list[str], deadline_s: float = COMMAND_DEADLINE_S) -> Reply:
+        """Run a tmux command list (tokens; ";" separates commands) over this connection.
+        Raises BackendNotAnswering when tmux has not answered within `deadline_s`."""
+        future = self._send(args)
+        try:
+            return await asyncio.wait_for(asyncio.shield(future), deadline_s)
+        except TimeoutError:
+            raise BackendNotAnswering(
+                f"tmux did not answer within {deadline_s:g}s (its server is stopped or overloaded; "
+                f"see /health); what was sent may still take effect when it answers"
+            ) from None
+
+    async def probe(self, deadline_s: float) -> str | None:
+        """None if tmux answers a no-op within `deadline_s`, else why not. At most one probe is
+        in flight: a stopped server does not collect a queue of them."""
+        if self._probe is None or self._probe.done():
+            self._probe = self._send(_PROBE)
+        try:
+            reply = await asyncio.wait_for(asyncio.shield(self._probe), deadline_s)
+        except TimeoutError:
+            return f"tmux does not answer (no reply within {deadline_s:g}s; is its server stopped?)"
+        return None if reply.ok else reply.error.strip() or "tmux refused a no-op command"
 
     def _send(self, args: list[str], on_reply: Callable[[Reply], None] | None = None) -> asyncio.Future:
         loop = asyncio.get_running_loop()

@@ -34,18 +34,27 @@ async def run_client(argv: list[str], args: tuple[str, ...], input_bytes: bytes 
     try:
         out, err = await asyncio.wait_for(proc.communicate(input_bytes), PROCESS_TIMEOUT_S)
     except TimeoutError:
-        proc.kill()
-        await proc.wait()
+        await _abandon(proc)
         return Reply(False, [], f"tmux did not answer within {PROCESS_TIMEOUT_S:.0f}s")
     except asyncio.CancelledError:
-        # The caller is gone (a stopped backend, a dropped request): so is its client, not
-        # left running with open pipes that outlive the loop.
-        if proc.returncode is None:
-            proc.kill()
-            await proc.communicate()
+        # The caller is gone (a stopped backend, a dropped request, a deadline): so is its
+        # client, not left running with open pipes that outlive the loop.
+        await _abandon(proc)
         raise
     lines = out.decode("utf-8", errors="replace").splitlines()
     return Reply(proc.returncode == 0, [lines] if lines else [], err.decode(errors="replace"))
+
+
+async def _abandon(proc: asyncio.subprocess.Process) -> None:
+    """Kill a client and let go of its pipes now. Reading them to their end would wait as long
+    as the server does: a tmux client hands its stdin and stdout to the server, and a stopped
+    server (SIGSTOP) holds them open after the client is gone."""
+    if proc.returncode is None:
+        proc.kill()
+    pipes = getattr(proc, "_transport", None)  # asyncio keeps the pipes there (not public)
+    if pipes is not None:
+        pipes.close()
+    await proc.wait()
 
 
 class BlockingTmux:

@@ -1,26 +1,43 @@
-"""`cao-server`: run the HTTP API and the agent runtime."""
+"""`cao-server`: run the HTTP API and the agent runtime (or, with --supervise, a watchdog that
+runs it and starts it again if it dies)."""
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import os
+import resource
 import socket
+import sys
 from pathlib import Path
 
 import click
-import uvicorn
 
 from ..private_files import append_private
 from ..settings import Settings
 
 SHUTDOWN_GRACE_S = 3
+# File descriptors cao-server keeps for itself beside its connections: the database, logs,
+# the tmux control client and its pipes, hook FIFOs, ssh links. A quarter of the limit, at least
+# this many.
+RESERVED_FDS = 256
+# The soft open-file limit is raised towards the hard one, to at most this: plenty of
+# connections, and not a number that makes the agents' CLIs (which inherit it) slow to start.
+WANTED_OPEN_FILES = 65536
+# The largest request line plus headers h11 buffers before it answers 431.
+MAX_HEADER_BYTES = 16 * 1024
 
 
 @click.command(context_settings={"help_option_names": ["-h", "--help"]})
 @click.option("--host", default=None, help="Bind address (default CAO_API_HOST or 127.0.0.1).")
 @click.option("--port", type=int, default=None, help="Port (default CAO_API_PORT or 9889).")
 @click.option("--log-level", default=lambda: os.environ.get("CAO_LOG_LEVEL", "info"), show_default="info")
-def main(host: str | None, port: int | None, log_level: str) -> None:
+@click.option(
+    "--supervise",
+    is_flag=True,
+    help="Run under a watchdog that starts cao-server again (and so re-adopts its agents) if it dies.",
+)
+def main(host: str | None, port: int | None, log_level: str, supervise: bool) -> None:
     """Start cao-server on 127.0.0.1:9889 (loopback only unless --host says otherwise)."""
     if host:
         os.environ["CAO_API_HOST"] = host
@@ -28,37 +45,114 @@ def main(host: str | None, port: int | None, log_level: str) -> None:
         os.environ["CAO_API_PORT"] = str(port)
     settings = Settings.from_env()
     settings.ensure_dirs()
-    server_log = settings.logs_dir / "server.log"
-    append_private(server_log, b"")  # created 0600 before the handler opens it
-    logging.basicConfig(
-        level=log_level.upper(),
-        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
-        handlers=[logging.StreamHandler(), logging.FileHandler(server_log)],
-    )
+    if supervise:
+        from .supervise import supervise as run_watchdog
+
+        argv = [sys.executable, "-m", "cli_agent_orchestrator.cli.server", "--log-level", log_level]
+        sys.exit(run_watchdog(argv, settings.logs_dir / "server.log"))
+    serve(settings, log_level)
+
+
+def serve(settings: Settings, log_level: str) -> None:
     import shutil
 
-    from ..api.app import create_app
-    from ..backends.tmux import tmux_missing_message
+    import uvicorn
 
+    from ..api.app import create_app
+    from ..api.connections import ConnectionLimits, guarded_protocols, quiet_accept_pauses
+    from ..backends.tmux import tmux_missing_message
+    from .supervise import ReadyNotice
+
+    class ReadyServer(uvicorn.Server):
+        """Tells a watchdog (or systemd) that the server is up, once its runtime has started."""
+
+        async def startup(self, sockets: list[socket.socket] | None = None) -> None:
+            quiet_accept_pauses(asyncio.get_running_loop())
+            await super().startup(sockets=sockets)
+            if not self.should_exit:
+                notice.send()
+
+    notice = ReadyNotice.take_from_env()  # before the runtime copies the environment
+    open_files = raise_open_file_limit()
+    _log_to(settings.logs_dir / "server.log", log_level)
     if shutil.which("tmux") is None:
         raise click.ClickException(tmux_missing_message())
+    limits = ConnectionLimits(
+        owner_uid=os.geteuid(),
+        per_user=settings.max_connections_per_user,
+        total=settings.max_connections or max(1, open_files - max(RESERVED_FDS, open_files // 4)),
+        header_timeout=settings.header_timeout,
+        body_timeout=settings.body_timeout,
+    )
+    http, ws = guarded_protocols(limits)
+    app = create_app(settings)
+    app.state.connections = limits
+    app.state.supervision = notice.supervision
     # proxy_headers off: cao is never behind a proxy, and a forged X-Forwarded-For must not
     # change who a request seems to come from. Streams (SSE) are cut after a grace period
-    # so that a connected UI never keeps the server from stopping.
+    # so that a connected UI never keeps the server from stopping. log_config=None: uvicorn
+    # would otherwise reconfigure logging and close our handlers (see _log_to).
     config = uvicorn.Config(
-        create_app(settings),
+        app,
         host=settings.api_host,
         port=settings.api_port,
         log_level=log_level.lower(),
+        log_config=None,
         access_log=False,
         proxy_headers=False,
         timeout_graceful_shutdown=SHUTDOWN_GRACE_S,
+        http=http,
+        ws=ws,
+        h11_max_incomplete_event_size=MAX_HEADER_BYTES,
     )
     # Two listeners: the API's TCP port, and a Unix socket (0600) that only hosts' reverse
     # forwards lead to. A request arriving there came from another machine through cao's own
     # ssh, so its socket's user says nothing: it is admitted by the token alone (api/auth.py).
     listeners = [no_delay(config.bind_socket()), bind_hosts_socket(settings.hosts_socket_path)]
-    uvicorn.Server(config).run(sockets=listeners)
+    ReadyServer(config).run(sockets=listeners)
+
+
+def raise_open_file_limit() -> int:
+    """Raise the soft open-file limit towards the hard one; the soft limit now in force.
+
+    Why: 1,024 (a common default) is a few hundred held connections away from EMFILE."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    wanted = WANTED_OPEN_FILES if hard == resource.RLIM_INFINITY else min(hard, WANTED_OPEN_FILES)
+    if soft != resource.RLIM_INFINITY and soft < wanted:
+        try:
+            resource.setrlimit(resource.RLIMIT_NOFILE, (wanted, hard))
+            soft = wanted
+        except (ValueError, OSError):
+            pass
+    return soft if soft != resource.RLIM_INFINITY else WANTED_OPEN_FILES
+
+
+class _LogFile(logging.FileHandler):
+    """The server log, which never raises: with no file descriptor left (EMFILE), a record that
+    cannot be written is counted and the count written with the next one that can. A logging
+    call that raised there used to end cao-server (the loop's exception handler logs)."""
+
+    lost = 0
+
+    def emit(self, record: logging.LogRecord) -> None:
+        try:
+            if self.lost:
+                lost, self.lost = self.lost, 0
+                note = logging.LogRecord(record.name, logging.WARNING, "", 0, "%d log records lost", (lost,), None)
+                super().emit(note)
+            super().emit(record)
+        except OSError:
+            self.lost += 1
+
+
+def _log_to(path: Path, level: str) -> None:
+    append_private(path, b"")  # created 0600 before the handler opens it
+    root = logging.getLogger()
+    root.setLevel(level.upper())
+    form = logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s")
+    for handler in (logging.StreamHandler(), _LogFile(path)):
+        handler.setFormatter(form)
+        root.addHandler(handler)
 
 
 def no_delay(sock: socket.socket) -> socket.socket:

@@ -1,8 +1,9 @@
-"""A flow's gate script: run directly (an argument list of one, no shell, no arguments) in
-the flow file's directory, with a time limit and a bound on what it may print, off the event
-loop (an asyncio subprocess). It must print one JSON object with `execute` (true or false)
-and `output` (an object whose keys fill the prompt's placeholders). Every way it can fail
-becomes a GateFailed whose message says what to fix.
+"""A flow's gate script: run (an argument list of one, no shell, no arguments) in the flow
+file's directory, with a time limit and a bound on what it may print, off the event loop (an
+asyncio subprocess). It must print one JSON object with `execute` (true or false) and `output`
+(an object whose keys fill the prompt's placeholders). Every way it can fail becomes a
+GateFailed whose message says what to fix. Nothing it starts outlives it: it runs as a process
+tree (process_tree.py), ended whole at its limit, at its exit, or when cao-server stops.
 """
 
 from __future__ import annotations
@@ -12,12 +13,12 @@ import errno
 import json
 import logging
 import os
-import signal
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 from ..errors import CaoError
+from ..process_tree import kill_tree, start_tree
 
 GATE_TIMEOUT_S = 30.0
 MAX_GATE_STDOUT = 1024 * 1024  # a gate decides and passes a few values, not a data set
@@ -41,14 +42,13 @@ class GateDecision:
 
 async def run_gate(script: str, cwd: str, env: Mapping[str, str], timeout: float = GATE_TIMEOUT_S) -> GateDecision:
     try:
-        proc = await asyncio.create_subprocess_exec(
-            script,
+        proc = await start_tree(
+            [script],
             cwd=cwd,
             env=dict(env),
             stdin=asyncio.subprocess.DEVNULL,
             stdout=asyncio.subprocess.PIPE,
             stderr=asyncio.subprocess.PIPE,
-            start_new_session=True,  # its own process group: a timeout ends its children too
         )
     except FileNotFoundError:
         if os.path.exists(script):
@@ -76,7 +76,7 @@ async def run_gate(script: str, cwd: str, env: Mapping[str, str], timeout: float
         failure = f"did not finish within {timeout:.0f}s"
     except BaseException:  # cancelled (the server is stopping): leave nothing behind
         stderr_tail.cancel()
-        _kill_group(proc)
+        _kill(proc)
         raise
     if failure is not None:
         stderr_tail.cancel()
@@ -126,15 +126,15 @@ async def _read_tail(stream: asyncio.StreamReader) -> bytes:
 
 
 async def _reap(proc: asyncio.subprocess.Process) -> None:
-    """Kill the script's process group and collect it. Its pipes are drained to their end
-    first: asyncio reports the exit only once both are closed, and a full pipe stays open."""
-    _kill_group(proc)
+    """Kill the script and everything it started, and collect it. Its pipes are drained to their
+    end first: asyncio reports the exit only once both are closed, and a full pipe stays open."""
+    await asyncio.to_thread(_kill, proc)  # reads /proc: off the event loop
     try:
         async with asyncio.timeout(REAP_S):
             assert proc.stdout is not None and proc.stderr is not None
             await asyncio.gather(_drain(proc.stdout), _drain(proc.stderr))
             await proc.wait()
-    except TimeoutError:  # a descendant left the process group and holds a pipe open
+    except TimeoutError:  # a descendant escaped the tree (no subreaper here) and holds a pipe open
         log.warning("gate script (pid %d) was killed, but its output pipes stayed open", proc.pid)
 
 
@@ -143,10 +143,6 @@ async def _drain(stream: asyncio.StreamReader) -> None:
         pass
 
 
-def _kill_group(proc: asyncio.subprocess.Process) -> None:
-    if proc.returncode is not None:
-        return
-    try:
-        os.killpg(proc.pid, signal.SIGKILL)
-    except ProcessLookupError:
-        pass
+def _kill(proc: asyncio.subprocess.Process) -> None:
+    if proc.returncode is None:  # else its pid may be another process's by now
+        kill_tree(proc.pid)

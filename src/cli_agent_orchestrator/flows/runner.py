@@ -1,9 +1,11 @@
-"""One run of a flow, after it was recorded: is the previous run's agent still busy? → the
-gate (if any) → the prompt → a fresh agent in session `cao-flow-<name>` → its reply. Every
-outcome ends in the run's record, and FlowRunFinished is published after that commit.
+"""One run of a flow, after it was recorded: is the session holding its name its own, and is
+the previous run's agent still busy? → the gate (if any) → the prompt → a fresh agent in
+session `cao-flow-<name>` → its reply. Every outcome ends in the run's record, and
+FlowRunFinished is published after that commit.
 
 The agent's session is kept after the run, for a human to look at; the next run of the flow
-replaces it, unless its agent is still processing (then that run is skipped).
+replaces it, unless its agent is still processing (then that run is skipped). A session of that
+name the flow did not start (ownership.py) is never replaced: the run is skipped, saying why.
 """
 
 from __future__ import annotations
@@ -21,10 +23,11 @@ from ..models import TerminalStatus
 from ..services.orchestration import OrchestrationService
 from ..services.sessions import SessionService
 from ..services.terminals.service import TerminalService
-from ..services.terminals.spawn import CreateRequest
+from ..services.terminals.spawn import CreateRequest, new_terminal_id
 from ..store import Store
 from ..store.flows import FlowTables, stamp
 from .gate import GateDecision, GateFailed, run_gate
+from .ownership import not_own_reason
 from .records import FlowRun, RunState
 from .spec import FlowSpec, session_name
 from .template import render
@@ -71,6 +74,9 @@ class FlowRunner:
 
     async def _drive(self, run: FlowRun, spec: FlowSpec, decided: asyncio.Future[FlowRun]) -> FlowRun:
         session = session_name(spec.name)
+        not_own = await self._not_own(spec.name, session)
+        if not_own is not None:
+            return await self.finish(run, "skipped", reason=not_own)
         busy = await self._busy_terminal(session)
         if busy is not None:
             return await self.finish(
@@ -93,12 +99,19 @@ class FlowRunner:
             prompt = render(spec.prompt_template, values)
         except InvalidInput as exc:
             return await self.finish(run, "failed", reason=str(exc), **gate)
+        not_own = await self._not_own(spec.name, session)  # again: the gate may have taken its time
+        if not_own is not None:
+            return await self.finish(run, "skipped", reason=not_own, **gate)
         run = await self._update(run, prompt=prompt, **gate)
         _settle(decided, run)
         try:  # a fresh session: the previous run's agent (done, idle or stuck at a question) goes
             await self.sessions.delete(session)
         except NotFound:
             pass
+        # The agent's id is recorded before it exists: however this run ends from here (a server
+        # stop included), the session it leaves is recognisably the flow's own.
+        terminal_id = new_terminal_id()
+        run = await self._update(run, terminal_id=terminal_id)
         try:
             term = await self.terminals.create(
                 CreateRequest(
@@ -109,11 +122,12 @@ class FlowRunner:
                     engine=spec.engine,
                     wait_ready=True,
                     host=spec.host,
+                    terminal_id=terminal_id,
+                    flow_session=True,
                 )
             )
-        except CaoError as exc:
-            return await self.finish(run, "failed", reason=f"the agent could not start: {exc}")
-        run = await self._update(run, terminal_id=term.id)
+        except CaoError as exc:  # nothing of the agent is left
+            return await self.finish(run, "failed", reason=f"the agent could not start: {exc}", terminal_id=None)
         try:
             reply = await self.orchestration.run_turn(term.id, prompt, spec.timeout)
         except CaoError as exc:
@@ -128,6 +142,15 @@ class FlowRunner:
 
     async def _update(self, run: FlowRun, **values: Any) -> FlowRun:
         return await self.store.run(self.tables.update_run, run.id, values) or run
+
+    async def _not_own(self, flow_name: str, session: str) -> str | None:
+        """Why the session holding the flow's name may not be replaced; None: it may (or none exists)."""
+        try:
+            _, terms = await self.sessions.get(session)
+        except NotFound:
+            return None
+        own = await self.store.run(self.tables.newest_agent_run, flow_name)
+        return not_own_reason(session, terms, own.terminal_id if own else None)
 
     async def _busy_terminal(self, session: str) -> str | None:
         for term in await self.terminals.list(session):

@@ -21,6 +21,7 @@ from zoneinfo import ZoneInfo
 from ..bus import EventBus
 from ..errors import InvalidInput, NotFound
 from ..events import FlowRunFinished, FlowRunStarted
+from ..private_files import private_dir, replace_private
 from ..store import Store
 from ..store.flows import FlowTables, stamp
 from ..tasks import TaskGroup
@@ -277,5 +278,5 @@ class FlowService:
 
 
 def _write_file(file: Path, text: str) -> None:
-    file.parent.mkdir(parents=True, exist_ok=True)
-    file.write_text(text, encoding="utf-8")
+    private_dir(file.parent)
+    replace_private(file, text)

@@ -22,12 +22,12 @@ from ..errors import InvalidInput, NotFound
 from ..profiles import load_profile
 from ..providers.registry import get_provider
 from ..services.hosts.records import NAME_RE as HOST_NAME_RE
+from ..services.terminals.names import FLOW_SESSION_PREFIX
 from .schedule import Schedule
 from .template import placeholders
 
 # The session is `cao-flow-<name>`, and a session name has at most 64 characters.
 FLOW_NAME_RE = re.compile(r"\A[A-Za-z0-9_-]{1,55}\Z")
-SESSION_PREFIX = "cao-flow-"
 DEFAULT_TIMEOUT_S = 3600.0
 MAX_TIMEOUT_S = 86400.0
 MAX_FLOW_FILE_BYTES = 256 * 1024
@@ -69,7 +69,7 @@ def check_name(name: object) -> str:
 
 
 def session_name(flow_name: str) -> str:
-    return SESSION_PREFIX + flow_name
+    return FLOW_SESSION_PREFIX + flow_name  # a namespace where nobody else may create a session
 
 
 def read_flow_file(path: Path) -> str:

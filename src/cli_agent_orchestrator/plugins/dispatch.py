@@ -1,7 +1,9 @@
 """One bus consumer feeds every plugin. Each event plugins see becomes a JSON-ready dict and
 a hook call, queued per plugin; each plugin drains its own queue in its own task (plain
 hooks in its own thread, `async def` hooks on the loop), so a slow or failing plugin delays
-neither the agents nor the other plugins. Failures are counted per plugin in GET /diagnostics.
+neither the agents nor the other plugins. No event goes unaccounted for: per plugin, events =
+handled + in flight + queued + dropped + left at stop (GET /diagnostics), and each one it will
+never handle (dropped, or left at stop) is handed to its `cao_missed_events` and logged.
 """
 
 from __future__ import annotations
@@ -27,6 +29,7 @@ from ..events import (
     FlowRunFinished,
     FlowRunStarted,
     HandoffFinished,
+    HandoffOrphaned,
     HandoffStarted,
     InboxDelivered,
     InboxFailed,
@@ -42,8 +45,12 @@ from .manager import Plugins
 
 log = logging.getLogger(__name__)
 
-MAX_PLUGIN_QUEUE = 10_000  # events one plugin may lag behind; more are dropped and counted
-DRAIN_ON_STOP_S = 5.0  # at shutdown, how long each plugin may take to finish its queue
+MAX_PLUGIN_QUEUE = 10_000  # events one plugin may lag behind; more are dropped, counted, reported
+# Shutdown stays within a few seconds whatever a plugin does (an endpoint that never answers):
+DRAIN_ON_STOP_S = 2.0  # how long each plugin may take to finish its queue
+CLOSE_ON_STOP_S = 1.0  # then for cao_missed_events with what is left, then for cao_shutdown
+MISSED_QUEUE_FULL = "queue full"  # `reason` of cao_missed_events
+MISSED_AT_STOP = "stopped"
 SCHEDULER_ACTOR = "scheduler"  # what a flow run that no request started is credited to
 LOG_EVERY_NTH_FAILURE = 100  # a plugin failing on every event is logged once in so many
 
@@ -80,6 +87,8 @@ def describe(event: Event) -> Described | None:
         case HandoffStarted() | HandoffFinished():
             phase = "started" if isinstance(event, HandoffStarted) else "finished"
             return "post_handoff", f"handoff.{phase}", {"phase": phase, **_args(event, "agent", "caller_id")}
+        case HandoffOrphaned():  # a restart tore its worker down (services/handoffs.py)
+            return "post_handoff", "handoff.orphaned", {"phase": "orphaned", **_args(event, "agent", "caller_id")}
         case AssignStarted() | AssignFinished():
             phase = "started" if isinstance(event, AssignStarted) else "finished"
             return "post_assign", f"assign.{phase}", {"phase": phase, **_args(event, "terminal_id", "caller_id")}
@@ -174,17 +183,24 @@ class _HookImpl:
 
 @dataclass
 class PluginWorker:
-    """One plugin's queue, task and counts."""
+    """One plugin's queue, task and counts; every event it was given is in exactly one of
+    handled, in flight, queued, dropped, left at stop."""
 
     name: str
     source: str
     plugin: object
     queue: asyncio.Queue = field(default_factory=lambda: asyncio.Queue(MAX_PLUGIN_QUEUE))
     task: asyncio.Task | None = None
-    handled: int = 0
+    state: str = "running"  # then "stopping", "stopped"
+    events: int = 0
+    handled: int = 0  # its hooks were called (whether they raised or not)
+    in_flight: str | None = None  # the event its hooks are being called with
     failures: int = 0
-    dropped: int = 0
+    dropped: int = 0  # its queue was full
+    left_at_stop: int = 0  # still queued, or in flight and cancelled, when cao-server stopped
     last_failure: str | None = None
+    overflow: list[str] = field(default_factory=list)  # dropped, not yet given to cao_missed_events
+    reporter: asyncio.Task | None = None  # gives them
     impls: dict[str, list[_HookImpl]] = field(default_factory=dict)
     thread: PluginThread = field(init=False)
 
@@ -195,12 +211,15 @@ class PluginWorker:
         return {
             "name": self.name,
             "source": self.source,
-            "state": "running",
+            "state": self.state,
+            "events": self.events,
             "handled": self.handled,
-            "failures": self.failures,
-            "last_failure": self.last_failure,
+            "in_flight": int(self.in_flight is not None),
             "queued": self.queue.qsize(),
             "dropped": self.dropped,
+            "left_at_stop": self.left_at_stop,
+            "failures": self.failures,
+            "last_failure": self.last_failure,
         }
 
 
@@ -242,14 +261,32 @@ class PluginDispatcher:
         }
         payload = json.dumps(doc, default=_jsonable)
         for worker in self.workers:
+            worker.events += 1
             try:
                 worker.queue.put_nowait((hook, payload, args))
             except asyncio.QueueFull:
-                worker.dropped += 1
-                if worker.dropped == 1 or worker.dropped % 1000 == 0:
-                    log.warning(
-                        "plugin %s is %d events behind: dropped %d", worker.name, MAX_PLUGIN_QUEUE, worker.dropped
-                    )
+                self._drop(worker, payload)
+
+    def _drop(self, worker: PluginWorker, payload: str) -> None:
+        worker.dropped += 1
+        if worker.dropped == 1 or worker.dropped % 1000 == 0:
+            log.warning("plugin %s is %d events behind: dropped %d", worker.name, MAX_PLUGIN_QUEUE, worker.dropped)
+        if not self._impls(worker, "cao_missed_events"):
+            return
+        # Told in its own task, in batches: the plugin's queue task is the one that is behind.
+        worker.overflow.append(payload)
+        if worker.reporter is None or worker.reporter.done():
+            worker.reporter = asyncio.get_running_loop().create_task(
+                self._report_overflow(worker), name=f"plugin:{worker.name}:missed"
+            )
+
+    async def _report_overflow(self, worker: PluginWorker) -> None:
+        while worker.overflow:
+            batch, worker.overflow = worker.overflow, []
+            await self._report_missed(worker, batch, MISSED_QUEUE_FULL)
+
+    async def _report_missed(self, worker: PluginWorker, payloads: list[str], reason: str) -> None:
+        await self._call(worker, "cao_missed_events", {"events": [json.loads(p) for p in payloads], "reason": reason})
 
     # --- each plugin's task ---------------------------------------------------------------
     def start(self) -> None:
@@ -258,32 +295,63 @@ class PluginDispatcher:
             worker.task = loop.create_task(self._drain(worker), name=f"plugin:{worker.name}")
 
     async def stop(self) -> None:
-        """Let each plugin finish its queue (bounded), then tell it to close."""
+        """Let each plugin finish its queue (bounded), hand it what is left, tell it to close."""
         running = [w for w in self.workers if w.task is not None]
         await asyncio.gather(*(self._finish(w) for w in running))
 
     async def _finish(self, worker: PluginWorker) -> None:
+        worker.state = "stopping"
         try:
             await asyncio.wait_for(worker.queue.join(), DRAIN_ON_STOP_S)
         except TimeoutError:
-            log.warning("plugin %s: %d events not handled at shutdown", worker.name, worker.queue.qsize())
+            pass
         assert worker.task is not None
-        worker.task.cancel()
-        await asyncio.gather(worker.task, return_exceptions=True)
-        try:
-            await asyncio.wait_for(self._call(worker, "cao_shutdown", {}), DRAIN_ON_STOP_S)
-        except TimeoutError:
-            log.warning("plugin %s did not close within %ss", worker.name, DRAIN_ON_STOP_S)
+        worker.task.cancel()  # a hook still awaiting (a POST that never gets an answer) is cut
+        if worker.reporter is not None:
+            worker.reporter.cancel()  # what it had not taken yet is still in `overflow`
+        await asyncio.gather(worker.task, *filter(None, [worker.reporter]), return_exceptions=True)
+        in_flight = [worker.in_flight] if worker.in_flight is not None else []
+        worker.in_flight = None
+        queued = [worker.queue.get_nowait()[1] for _ in range(worker.queue.qsize())]
+        left = in_flight + queued
+        worker.left_at_stop = len(left)
+        if left:
+            log.warning(
+                "plugin %s: %d events not handled at shutdown (%d in flight, %d queued); %s",
+                worker.name,
+                len(left),
+                len(in_flight),
+                len(queued),
+                "handed to its cao_missed_events" if self._impls(worker, "cao_missed_events") else "it never sees them",
+            )
+        await self._bounded(worker, "cao_missed_events", self._report_left(worker, left))
+        await self._bounded(worker, "cao_shutdown", self._call(worker, "cao_shutdown", {}))
         worker.thread.close()
+        worker.state = "stopped"
+
+    async def _report_left(self, worker: PluginWorker, left: list[str]) -> None:
+        if worker.overflow:
+            batch, worker.overflow = worker.overflow, []
+            await self._report_missed(worker, batch, MISSED_QUEUE_FULL)
+        if left:
+            await self._report_missed(worker, left, MISSED_AT_STOP)
+
+    async def _bounded(self, worker: PluginWorker, hook: str, call: Any) -> None:
+        try:
+            await asyncio.wait_for(call, CLOSE_ON_STOP_S)
+        except TimeoutError:
+            log.warning("plugin %s: %s did not return within %ss", worker.name, hook, CLOSE_ON_STOP_S)
 
     async def _drain(self, worker: PluginWorker) -> None:
         while True:
             hook, payload, args = await worker.queue.get()
+            worker.in_flight = payload  # until handled; if cancelled first, it is left at stop
             try:
                 # Each call gets its own copy of the event: a plugin cannot alter what others see.
                 await self._call(worker, hook, {"event": json.loads(payload), **args})
                 await self._call(worker, "post_event", {"event": json.loads(payload)})
                 worker.handled += 1
+                worker.in_flight = None
             finally:
                 worker.queue.task_done()
 
@@ -318,9 +386,21 @@ class PluginDispatcher:
         return worker.impls[hook]
 
     # --- GET /diagnostics ---------------------------------------------------------------------
+    def _own_stats(self, worker: PluginWorker) -> dict[str, Any]:
+        """What the plugin's `cao_stats` says (a plain function, answered on the loop)."""
+        own: dict[str, Any] = {}
+        for impl in self._impls(worker, "cao_stats"):
+            if impl.is_async:
+                continue
+            try:
+                own |= dict(impl.function() or {})
+            except Exception as exc:  # shown, never a failed /diagnostics
+                own["stats_error"] = f"{type(exc).__name__}: {exc}"
+        return own
+
     def stats(self) -> list[dict[str, Any]]:
         """Every enabled plugin: running with its counts, or not running and why."""
-        shown = [w.stats() for w in self.workers]
+        shown = [self._own_stats(w) | w.stats() for w in self.workers]
         shown += [
             {"name": load.name, "source": load.source, "state": load.state, "error": load.error}
             for load in self.plugins.loads

@@ -1,10 +1,11 @@
 """The hooks a cao plugin may implement, declared once.
 
-Every hook is called with keyword arguments, always including `event`: a JSON-ready dict
-`{"id", "seq", "type", "hook", "topic", "at", "actor", "data"}` (see README "Plugins").
+Every event hook is called with keyword arguments, always including `event`: a JSON-ready
+dict `{"id", "seq", "type", "hook", "topic", "at", "actor", "data"}` (see README "Plugins").
 An implementation takes any subset of the arguments and may be `async def`. Plugins
-observe: what a hook returns is ignored, what it raises is counted in GET /diagnostics,
-and neither reaches the agents or the other plugins. Each event also reaches `post_event`.
+observe: what a hook returns is ignored (but `cao_stats`), what it raises is counted in GET
+/diagnostics, and neither reaches the agents or the other plugins. Each event also reaches
+`post_event`; one a plugin will never get there reaches its `cao_missed_events`.
 """
 
 from __future__ import annotations
@@ -57,7 +58,8 @@ class CaoHooks:
     @hookspec
     def post_handoff(self, event: Event, phase: str, agent: str, caller_id: str | None) -> None:
         """An agent step (MCP handoff, run-step, a workflow step) `phase` "started" or
-        "finished" (`handoff.started`, `handoff.finished`)."""
+        "finished" (`handoff.started`, `handoff.finished`), or "orphaned" (`handoff.orphaned`):
+        a restart tore down the worker of a handoff whose caller could no longer get its answer."""
 
     @hookspec
     def post_assign(self, event: Event, phase: str, terminal_id: str, caller_id: str | None) -> None:
@@ -86,5 +88,20 @@ class CaoHooks:
         webhook, the audit log)."""
 
     @hookspec
+    def cao_missed_events(self, events: list[Event], reason: str) -> None:
+        """Events this plugin will never get through the hooks above, oldest first: its queue
+        was full (`reason` "queue full"), or cao-server stopped before it handled them
+        ("stopped": still queued, or in flight and cancelled; a plain hook's thread may still
+        be running that one). Record them somewhere durable, quickly: at shutdown this call
+        has a second (the webhook dead-letters them)."""
+
+    @hookspec
+    def cao_stats(self) -> dict[str, Any] | None:
+        """This plugin's own counts, shown in its entry in GET /diagnostics (the dispatcher's
+        keys win). Called on the server's loop on every request: answer at once, no I/O;
+        an `async def` implementation is not called."""
+
+    @hookspec
     def cao_shutdown(self) -> None:
-        """cao-server is stopping and this plugin's queue has drained: close what it opened."""
+        """cao-server is stopping; this plugin's queue drained or what was left went to
+        `cao_missed_events`: close what it opened."""

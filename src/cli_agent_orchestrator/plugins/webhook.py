@@ -9,9 +9,10 @@ Settings (`plugins.webhook`):
     max_attempts  tries per event (default 5); timeout_s per try (default 10)
     backoff_s     wait before the 2nd try (default 1), doubled for each next one, at most 60
 
-A 5xx, 408, 429 or a network error is retried; any other answer >= 300 is not. An event
-that could not be delivered is appended to `<home>/logs/webhook-dead-letter.jsonl` (0600)
-and counted as this plugin's failure in GET /diagnostics.
+A 5xx, 408, 429 or a network error is retried; any other answer >= 300 is not. Every event
+it wants ends delivered or, once, in `<home>/logs/webhook-dead-letter.jsonl` (0600) with why:
+its tries failed (also counted as a failure), cao-server's queue for it was full, or cao-server
+stopped first (the try in flight is cut). Counts: `delivered`, `dead_lettered`, `skipped`.
 """
 
 from __future__ import annotations
@@ -41,6 +42,12 @@ DELIVERY_HEADER = "X-CAO-Delivery"  # the event id: the same on every try, for d
 DEAD_LETTER_PATH = Path("logs") / "webhook-dead-letter.jsonl"
 MAX_BACKOFF_S = 60.0
 RETRIED_STATUSES = frozenset({408, 429})
+FAILED = "delivery failed"
+# What the dispatcher's `reason` for a missed event means here (plugins/dispatch.py).
+MISSED_REASONS = {
+    "stopped": "cao-server stopped before it could be delivered",
+    "queue full": "cao-server's queue for the webhook was full: never tried",
+}
 
 
 class DeliveryFailed(Exception):
@@ -68,6 +75,10 @@ class Webhook:
         self.timeout_s = _number(conf, "timeout_s", 10.0, float, 0.1)
         self.dead_letter = context.home / DEAD_LETTER_PATH
         self._client: httpx.AsyncClient | None = None
+        self.delivered = self.dead_lettered = self.skipped = 0
+        # Event id → (tries started, last error) while it is being delivered: a delivery cut
+        # at shutdown is dead-lettered with them.
+        self._tries: dict[str, tuple[int, str | None]] = {}
 
     def wants(self, kind: str) -> bool:
         return any(topic_matches(pattern, kind) for pattern in self.patterns)
@@ -76,6 +87,23 @@ class Webhook:
     async def post_event(self, event: dict[str, Any]) -> None:
         if self.wants(event["type"]):
             await self.deliver(event)
+        else:
+            self.skipped += 1
+
+    @hookimpl
+    async def cao_missed_events(self, events: list[dict[str, Any]], reason: str) -> None:
+        letters = []
+        for event in events:
+            if not self.wants(event["type"]):
+                self.skipped += 1
+                continue
+            attempts, error = self._tries.pop(event["id"], (0, None))
+            letters.append(self._letter(event, MISSED_REASONS.get(reason, reason), attempts, error))
+        self._bury(letters)
+
+    @hookimpl
+    def cao_stats(self) -> dict[str, int]:
+        return {"delivered": self.delivered, "dead_lettered": self.dead_lettered, "skipped": self.skipped}
 
     @hookimpl
     async def cao_shutdown(self) -> None:
@@ -89,28 +117,44 @@ class Webhook:
             headers[SIGNATURE_HEADER] = signature(self.secret, body)
         if self._client is None:
             self._client = httpx.AsyncClient(timeout=self.timeout_s)
-        error = ""
+        error: str | None = None
         for attempt in range(1, self.max_attempts + 1):
+            self._tries[event["id"]] = (attempt, error)
             try:
                 resp = await self._client.post(self.url, content=body, headers=headers)
             except httpx.HTTPError as exc:
                 error = f"{type(exc).__name__}: {exc}"
+            except Exception as exc:  # not the network's doing (a bad header value): no retry
+                error = f"{type(exc).__name__}: {exc}"
+                break
             else:
                 if resp.status_code < 300:
+                    del self._tries[event["id"]]
+                    self.delivered += 1
                     return
                 error = f"HTTP {resp.status_code}"
                 if resp.status_code < 500 and resp.status_code not in RETRIED_STATUSES:
                     break
+            self._tries[event["id"]] = (attempt, error)
             if attempt < self.max_attempts:
                 await asyncio.sleep(min(MAX_BACKOFF_S, self.backoff_s * 2 ** (attempt - 1)))  # backoff, not a sync
-        self._bury(event, attempt, error)
+        # A cancellation (shutdown) never gets here: the event stays in _tries for cao_missed_events.
+        del self._tries[event["id"]]
+        self._bury([self._letter(event, FAILED, attempt, error)])
         raise DeliveryFailed(f"event {event['id']} ({event['type']}) dead-lettered after {attempt} tries: {error}")
 
-    def _bury(self, event: dict[str, Any], attempts: int, error: str) -> None:
+    def _letter(self, event: dict[str, Any], reason: str, attempts: int, error: str | None) -> bytes:
         at = datetime.now(UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
-        line = {"at": at, "url": self.url, "attempts": attempts, "error": error, "event": event}
+        line = {"at": at, "url": self.url, "reason": reason, "attempts": attempts, "error": error, "event": event}
+        return (json.dumps(line, ensure_ascii=False) + "\n").encode("utf-8")
+
+    def _bury(self, letters: list[bytes]) -> None:
+        """Append dead letters in one write; counted once they are on disk."""
+        if not letters:
+            return
         private_dir(self.dead_letter.parent)
-        append_private(self.dead_letter, (json.dumps(line, ensure_ascii=False) + "\n").encode("utf-8"))
+        append_private(self.dead_letter, b"".join(letters))
+        self.dead_lettered += len(letters)
 
 
 def _secret(conf: dict[str, Any]) -> str | None:

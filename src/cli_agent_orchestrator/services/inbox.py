@@ -2,9 +2,10 @@
 
 How the guarantee is kept:
 * A message is stored PENDING (committed) before the POST returns.
-* Delivery is driven by status events: whenever a receiver becomes idle or
-  completed (or at once on POST), `deliver_pending` runs. A slow sweep exists
-  only as a named safety net.
+* Delivery is driven by events: whenever a receiver becomes idle or completed,
+  or its composer is emptied while it is (text someone typed there was erased),
+  or at once on POST, `deliver_pending` runs. A slow sweep exists only as a
+  named safety net.
 * Claiming is one conditional UPDATE (PENDING → DELIVERING): of any number of
   racing deliverers, exactly one wins and pastes. It pastes under the
   receiver's input lock, so pastes never interleave. The claim records where the
@@ -32,8 +33,8 @@ import logging
 import re
 
 from ..bus import EventBus
-from ..errors import AgentExited, BackendError, InvalidInput, NotFound, StoreBusy
-from ..events import Event, InboxDelivered, InboxFailed, InboxQueued, StatusChanged, TerminalRemoved
+from ..errors import AgentExited, BackendError, InvalidInput, NotFound, StoreBusy, StoreFault
+from ..events import ComposerChanged, Event, InboxDelivered, InboxFailed, InboxQueued, StatusChanged, TerminalRemoved
 from ..models import TERMINAL_ID_RE, InboxMessage, MessageStatus
 from ..providers.base import Screen
 from ..settings import Settings
@@ -113,7 +114,7 @@ class InboxService:
         """Deliver the receiver's oldest pending message if it is ready. True if one went in."""
         try:
             return await self._deliver_pending(receiver_id)
-        except StoreBusy as exc:
+        except StoreFault as exc:
             log.warning("delivery to %s deferred: %s", receiver_id, exc)
             self._retry_soon(receiver_id)
             return False
@@ -161,8 +162,11 @@ class InboxService:
             try:
                 await self.store.run(self.store.finish_message, msg.id, status, error)
                 break
-            except StoreBusy as exc:
+            except StoreBusy as exc:  # Store.run already waited for the lock
                 log.warning("message %s: recording %s deferred: %s", msg.id, status.value, exc)
+            except StoreFault as exc:  # a failing database answers at once: try again shortly
+                log.warning("message %s: recording %s deferred: %s", msg.id, status.value, exc)
+                await asyncio.sleep(BUSY_RETRY_S)
         if status == MessageStatus.DELIVERED:
             self.bus.publish(InboxDelivered(msg.id, msg.receiver_id, msg.sender_id))
 
@@ -183,6 +187,17 @@ class InboxService:
     async def on_status(self, event: Event) -> None:
         assert isinstance(event, StatusChanged)
         if is_ready_for_input(event.status, self._eager(self.monitor.view(event.terminal_id))):
+            await self.deliver_pending(event.terminal_id)
+
+    async def on_composer(self, event: Event) -> None:
+        """A composer emptied: a message held back while someone typed there can go now. The
+        status may not change when typed text is erased (idle before, idle after), so this fact
+        is what ends the wait."""
+        assert isinstance(event, ComposerChanged)
+        if event.has_text:
+            return
+        view = self.monitor.view(event.terminal_id)
+        if view is not None and is_ready_for_input(view.status, self._eager(view)):
             await self.deliver_pending(event.terminal_id)
 
     async def on_removed(self, event: Event) -> None:

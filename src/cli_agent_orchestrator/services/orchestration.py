@@ -4,7 +4,8 @@ deferred first task of an `assign`ed worker.
 
 Every wait here is driven by status events with a deadline. A failed or timed
 out step tears its worker down unless the caller asked to keep it; a worker that
-stops at a question is kept for a grace period instead (worker_questions.py).
+stops at a question is kept for a grace period instead (worker_questions.py). A
+handoff's worker is recorded before it exists, so a crash cannot orphan it (handoffs.py).
 """
 
 from __future__ import annotations
@@ -22,10 +23,11 @@ from ..bus import EventBus
 from ..errors import CaoError, InvalidInput, WaitTimeout, WorkerAsks, WorkerError
 from ..events import AssignFinished, AssignStarted, HandoffFinished, HandoffStarted
 from ..models import OrchestrationType, TerminalStatus, Worktree
+from .handoffs import HandoffJobs
 from .inbox import SYSTEM_SENDER, InboxService
 from .status.monitor import StatusMonitor
 from .terminals.service import TerminalService
-from .terminals.spawn import CreateRequest
+from .terminals.spawn import CreateRequest, new_terminal_id
 from .waiting import TerminalVanished, turn_finished, wait_for
 from .worker_questions import QuestionWatch, how_to_answer, question_on_screen
 
@@ -51,6 +53,9 @@ class StepRequest:
     host: str | None = None  # a registered host's name, "local", or None (the placement policy)
     # Told the worker's id as soon as it exists (the workflow journal records it).
     on_terminal: Callable[[str], Awaitable[None]] | None = None
+    # A workflow step: after a crash the workflow journal recovers its worker (workflows.recover()),
+    # so it gets no handoff record. One owner for each worker's fate.
+    journaled: bool = False
 
 
 @dataclass
@@ -72,6 +77,7 @@ class OrchestrationService:
         terminals: TerminalService,
         inbox: InboxService,
         questions: QuestionWatch,
+        jobs: HandoffJobs,
         spawn: Callable[[Coroutine[Any, Any, Any], str], object],
     ):
         self.bus = bus
@@ -79,6 +85,7 @@ class OrchestrationService:
         self.terminals = terminals
         self.inbox = inbox
         self.questions = questions
+        self.jobs = jobs
         self.spawn = spawn  # background work that outlives the request (the task group's)
 
     async def run_step(self, req: StepRequest) -> StepResult:
@@ -90,7 +97,7 @@ class OrchestrationService:
         with acting_as(req.caller_id):
             self.bus.publish(HandoffStarted(handoff_id, req.agent, req.caller_id))
             try:
-                result = await self._run_step(req)
+                result = await self._run_step(req, handoff_id)
                 ok, error, terminal_id = True, "", result.terminal_id
                 return result
             except Exception as exc:
@@ -99,7 +106,12 @@ class OrchestrationService:
             finally:
                 self.bus.publish(HandoffFinished(handoff_id, req.agent, req.caller_id, terminal_id, ok, error))
 
-    async def _run_step(self, req: StepRequest) -> StepResult:
+    async def recover(self) -> list[str]:
+        """After a restart, once surviving terminals are adopted: the worker of every handoff
+        whose answer no caller can receive any more is torn down (handoffs.py)."""
+        return await self.jobs.tear_down_orphans()
+
+    async def _run_step(self, req: StepRequest, handoff_id: str) -> StepResult:
         if not req.prompt:
             raise InvalidInput("prompt must not be empty")
         if not (0 < req.timeout <= 86400):
@@ -116,23 +128,32 @@ class OrchestrationService:
         if session is None and req.caller_id is not None:
             caller = await self.terminals.get(req.caller_id)
             session, new_session = caller.session_name, False
-        term = await self.terminals.create(
-            CreateRequest(
-                agent_profile=req.agent,
-                provider=req.provider,
-                session_name=session,
-                new_session=new_session,
-                working_directory=req.working_directory,
-                caller_id=req.caller_id,
-                model=req.model,
-                allowed_tools=req.allowed_tools,
-                wait_ready=True,
-                env=req.env,
-                use_worktree=req.use_worktree,
-                engine=req.engine,
-                host=req.host,
+        terminal_id = new_terminal_id()
+        # A worker created for this call and torn down after it; None: no record (kept, or journaled).
+        job = handoff_id if req.teardown and not req.journaled else None
+        await self.jobs.open(job, req.caller_id, terminal_id, req.agent, req.timeout)
+        try:
+            term = await self.terminals.create(
+                CreateRequest(
+                    agent_profile=req.agent,
+                    provider=req.provider,
+                    session_name=session,
+                    new_session=new_session,
+                    working_directory=req.working_directory,
+                    caller_id=req.caller_id,
+                    model=req.model,
+                    allowed_tools=req.allowed_tools,
+                    wait_ready=True,
+                    env=req.env,
+                    use_worktree=req.use_worktree,
+                    engine=req.engine,
+                    host=req.host,
+                    terminal_id=terminal_id,
+                )
             )
-        )
+        except CaoError as exc:  # a worker that cannot start is removed by create itself
+            await self.jobs.close(job, str(exc))
+            raise
         keep = not req.teardown
         try:
             if req.on_terminal:
@@ -141,13 +162,16 @@ class OrchestrationService:
             reply = await self.run_turn(term.id, req.prompt, remaining)
         except WorkerAsks:
             if not keep:  # kept for its caller to answer; removed after the grace period
-                self.spawn(self.questions.linger(term.id, req.caller_id, req.agent), f"linger:{term.id}")
+                self.spawn(self._linger(job, term.id, req.caller_id, req.agent), f"linger:{term.id}")
+                await self.jobs.asking(job, self.questions.grace_seconds)  # a no-op if the linger closed it
             raise
-        except CaoError:
+        except CaoError as exc:
             if not keep:
                 await self._teardown(term.id)
+                await self.jobs.close(job, str(exc))
             raise
         worktree = await self._teardown(term.id) if not keep else None
+        await self.jobs.close(job)
         return StepResult(
             term.id, reply, "completed", time.monotonic() - started, term.provider, worktree or term.worktree, term.host
         )
@@ -180,6 +204,10 @@ class OrchestrationService:
                 grace,
             )
         return await self.terminals.output(terminal_id, "last")
+
+    async def _linger(self, job: str | None, terminal_id: str, caller_id: str | None, agent: str) -> None:
+        # Cancelled with the server, this leaves the record open: the next start removes the worker.
+        await self.jobs.close(job, await self.questions.linger(terminal_id, caller_id, agent))
 
     async def _teardown(self, terminal_id: str) -> Worktree | None:
         """Delete the worker; what became of its worktree, if it had one."""

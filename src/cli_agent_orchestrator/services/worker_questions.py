@@ -5,7 +5,8 @@ its screen, how to answer it (`answer_user_prompt`) — instead of being torn do
 Invariants: each question is reported once (the handoff's own result reports the first of a
 handed-off worker; the caller's inbox gets every other); a handed-off worker that asked is kept
 for the grace period, and its reply, if one comes, reaches the caller's inbox before it is
-removed. Every wait here is driven by status events.
+removed (a restart ends the grace period: the next start removes it, handoffs.py). Every wait
+here is driven by status events.
 """
 
 from __future__ import annotations
@@ -95,38 +96,36 @@ class QuestionWatch:
             f"{question}\n{how_to_answer(terminal_id)}."
         )
 
-    async def linger(self, terminal_id: str, caller_id: str | None, agent: str) -> None:
+    async def linger(self, terminal_id: str, caller_id: str | None, agent: str) -> str | None:
         """A handed-off worker whose question the handoff result reported: keep it for the grace
         period; once answered, its reply (or the next question) goes to the caller's inbox. It
-        is removed when it finishes or the grace period ends."""
+        is removed when it finishes or the grace period ends. Returns None when its reply went
+        to the caller, else why none did (the handoff's record keeps it)."""
         loop = asyncio.get_running_loop()
         deadline = loop.time() + self.grace_seconds
+        why: str | None = None
         try:
             while True:
                 answered = await wait_for(self.bus, self.monitor, terminal_id, _not_waiting, deadline - loop.time())
                 if answered is None:
-                    await self._tell(
-                        caller_id,
-                        f"[cao] Worker {terminal_id} ({agent}) was still waiting for an answer after "
-                        f"{self.grace_seconds:.0f}s and has been removed.",
-                    )
+                    why = f"still waiting for an answer after {self.grace_seconds:.0f}s"
+                    await self._tell(caller_id, f"[cao] Worker {terminal_id} ({agent}) was {why} and has been removed.")
                     break
                 ended = await wait_for(self.bus, self.monitor, terminal_id, _ended_or_asks, deadline - loop.time())
                 if ended is None:
-                    await self._tell(
-                        caller_id,
-                        f"[cao] Worker {terminal_id} ({agent}) did not finish within the {self.grace_seconds:.0f}s "
-                        "grace period after your answer and has been removed.",
-                    )
+                    why = f"did not finish within the {self.grace_seconds:.0f}s grace period after your answer"
+                    await self._tell(caller_id, f"[cao] Worker {terminal_id} ({agent}) {why} and has been removed.")
                     break
                 if ended == WAITING:
                     await self._tell(caller_id, self._question_note(terminal_id, agent, "(your handoff)"))
                     continue
                 await self._tell(caller_id, await self._outcome(terminal_id, agent, ended))
+                why = None if ended == TerminalStatus.COMPLETED else f"ended without a reply ({ended.value})"
                 break
         except TerminalVanished:
-            return  # removed by someone else: nothing left to keep
+            return "removed before it finished"  # by someone else: nothing left to keep
         await self._remove(terminal_id)
+        return why
 
     async def _outcome(self, terminal_id: str, agent: str, status: TerminalStatus) -> str:
         if status == TerminalStatus.COMPLETED:

@@ -106,8 +106,14 @@ class FlowTables:
                 .limit(1)
                 .scalar_subquery()
             )
+            # The newest run that started an agent stays too: it says which session is the flow's own.
+            newest_agent = sa.func.coalesce(_newest_agent_run_id(values["flow_name"]).scalar_subquery(), 0)
             conn.execute(
-                sa.delete(flow_runs).where(flow_runs.c.flow_name == values["flow_name"], flow_runs.c.id < oldest_kept)
+                sa.delete(flow_runs).where(
+                    flow_runs.c.flow_name == values["flow_name"],
+                    flow_runs.c.id < oldest_kept,
+                    flow_runs.c.id != newest_agent,
+                )
             )
             row = conn.execute(sa.select(flow_runs).where(flow_runs.c.id == run_id)).mappings().one()
         return _run(row)
@@ -116,6 +122,13 @@ class FlowTables:
         with self.engine.begin() as conn:
             conn.execute(sa.update(flow_runs).where(flow_runs.c.id == run_id).values(**values))
             row = conn.execute(sa.select(flow_runs).where(flow_runs.c.id == run_id)).mappings().first()
+        return _run(row) if row else None
+
+    def newest_agent_run(self, name: str) -> FlowRun | None:
+        """The flow's newest run that started an agent (recorded its terminal), if any."""
+        query = sa.select(flow_runs).where(flow_runs.c.id == _newest_agent_run_id(name).scalar_subquery())
+        with self.engine.connect() as conn:
+            row = conn.execute(query).mappings().first()
         return _run(row) if row else None
 
     def list_runs(self, name: str, limit: int) -> list[FlowRun]:
@@ -136,6 +149,12 @@ class FlowTables:
             )
             rows = conn.execute(sa.select(flow_runs).where(flow_runs.c.id.in_(ids))).mappings()
             return [_run(r) for r in rows]
+
+
+def _newest_agent_run_id(name: str) -> sa.Select:
+    return sa.select(sa.func.max(flow_runs.c.id)).where(
+        flow_runs.c.flow_name == name, flow_runs.c.terminal_id.is_not(None)
+    )
 
 
 def _flow(row: Any) -> FlowRecord:

@@ -200,6 +200,25 @@ hosts = sa.Table(
 )
 
 
+# --- handoffs: one row per handoff that creates its own worker ----------------------------
+# Written before the worker exists (its terminal id is chosen first) and closed when the
+# handoff ends, so that a restart finds workers nobody can receive an answer from
+# (services/handoffs.py). TEXT throughout, as for hosts.
+handoffs = sa.Table(
+    "handoffs",
+    metadata,
+    sa.Column("job_id", sa.Text, primary_key=True),  # the handoff id of its HandoffStarted event
+    sa.Column("caller_id", sa.Text),  # the calling terminal; NULL = the HTTP client of run-step
+    sa.Column("terminal_id", sa.Text),  # the worker
+    sa.Column("agent", sa.Text, nullable=False),
+    sa.Column("state", sa.Text, nullable=False, index=True),  # store/handoffs.py HandoffState
+    sa.Column("deadline", sa.Text, nullable=False),  # UTC: when its call, or its grace period, ends
+    sa.Column("created_at", sa.Text, nullable=False),
+    sa.Column("finished_at", sa.Text),
+    sa.Column("error", sa.Text),  # why it ended without an answer; NULL = it delivered one
+)
+
+
 def _v0_to_v1(conn: sa.Connection) -> None:
     for table in (terminals, inbox_messages):
         table.create(conn, checkfirst=True)
@@ -259,6 +278,10 @@ def _v7_to_v8(conn: sa.Connection) -> None:
     _add_missing_column(conn, flows, flows.c.host)
 
 
+def _v8_to_v9(conn: sa.Connection) -> None:
+    handoffs.create(conn, checkfirst=True)
+
+
 MIGRATIONS: list[Callable[[sa.Connection], None]] = [
     _v0_to_v1,
     _v1_to_v2,
@@ -268,6 +291,7 @@ MIGRATIONS: list[Callable[[sa.Connection], None]] = [
     _v5_to_v6,
     _v6_to_v7,
     _v7_to_v8,
+    _v8_to_v9,
 ]
 LATEST_VERSION = len(MIGRATIONS)
 

@@ -1,7 +1,8 @@
 """Running a workflow script as its own process: a constructed (not inherited)
 environment, stdout and stderr drained concurrently into bounded tails, the last
 `CAO_WORKFLOW_OUTPUT:` line taken as the run's output, and a stop that escalates
-from SIGTERM to SIGKILL for the whole process group.
+from SIGTERM to SIGKILL for everything the script started. The script runs as a process
+tree (process_tree.py): what it leaves behind ends with it, and all of it with cao-server.
 """
 
 from __future__ import annotations
@@ -18,6 +19,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any
+
+from ..process_tree import kill_tree, popen_tree, signal_tree
 
 SENTINEL = b"CAO_WORKFLOW_OUTPUT:"
 TAIL_BYTES = 256 * 1024
@@ -127,16 +130,15 @@ class ScriptProcess:
 
     async def start(self) -> None:
         loop = asyncio.get_running_loop()
-        # Own process group: a stop reaches the script's children too.
+        # Under the tree launcher: a stop reaches whatever the script started, setsid or not.
         # Popen only forks and execs (the pipes are read by threads below): nothing here waits.
-        self.proc = subprocess.Popen(  # noqa: ASYNC220
+        self.proc = popen_tree(
             [sys.executable, str(self.path)],
             stdin=subprocess.DEVNULL,
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
             env=self.env,
             cwd=str(self.cwd) if self.cwd else None,
-            start_new_session=True,
         )
         self._stop_pipe = os.pipe()  # not inherited by children (PEP 446)
         for stream, tail in ((self.proc.stdout, self._stdout), (self.proc.stderr, self._stderr)):
@@ -167,8 +169,9 @@ class ScriptProcess:
             timed_out = True
             await self.stop()
         if not await self._pipes_closed(PIPE_LINGER_S):
-            # The script is gone but something it started still holds its stdout or
-            # stderr open; the run must not hang on it. End the whole process group.
+            # The script is gone but something it started escaped its tree (no subreaper on
+            # this system) and holds its stdout or stderr open; the run must not hang on it.
+            # End the whole process group.
             _signal_group(self.proc.pid, signal.SIGKILL)
             if await self._pipes_closed(KILL_SETTLE_S):
                 note = b"processes the script left behind were killed"
@@ -202,14 +205,15 @@ class ScriptProcess:
             self._stop_pipe = None
 
     async def stop(self) -> None:
-        """SIGTERM the process group, SIGKILL it after the grace period."""
+        """SIGTERM everything the script started, SIGKILL it after the grace period."""
         if self.proc is None or self._exited.is_set():
             return
-        _signal_group(self.proc.pid, signal.SIGTERM)
+        await asyncio.to_thread(signal_tree, self.proc.pid, signal.SIGTERM)  # reads /proc: off the loop
         try:
             await asyncio.wait_for(self._exited.wait(), STOP_GRACE_S)
         except TimeoutError:
-            _signal_group(self.proc.pid, signal.SIGKILL)
+            if not self._exited.is_set():  # else its pid may be another process's by now
+                await asyncio.to_thread(kill_tree, self.proc.pid)
             await self._exited.wait()
 
     def _outcome(self) -> ScriptOutcome:
@@ -287,5 +291,5 @@ def kill_orphan(pid: int, run_id: str) -> bool:
         return False
     if f"CAO_WORKFLOW_RUN_ID={run_id}".encode() not in environ.split(b"\0"):
         return False
-    _signal_group(pid, signal.SIGKILL)
+    kill_tree(pid)
     return True

@@ -64,7 +64,7 @@ class StepExecution:
                 )
 
         env = {RUN_ID_VAR: run_id, GENERATION_VAR: str(generation), STEP_ID_VAR: step_id}
-        result = await self.orchestration.run_step(replace(request, env=env, on_terminal=on_terminal))
+        result = await self.orchestration.run_step(replace(request, env=env, on_terminal=on_terminal, journaled=True))
         envelope = make_envelope(result.terminal_id, result.last_message, result.status)
         await self.store.run(
             lambda: journal.update_step(

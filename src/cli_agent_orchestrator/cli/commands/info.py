@@ -48,6 +48,18 @@ def _collect() -> dict[str, Any]:
     return info
 
 
+def _supervised(health: dict[str, Any] | None) -> str:
+    """Whether something starts the server again if it dies (cli/supervise.py)."""
+    if not health:
+        return "-"
+    supervisor = health.get("supervisor")
+    if not supervisor:
+        return "no (run `cao-server --supervise`, or under systemd, to have it started again if it dies)"
+    if supervisor.get("kind") == "watchdog":
+        return f"yes, by its watchdog (pid {supervisor.get('pid')})"
+    return f"yes, by {supervisor.get('kind')}"
+
+
 def _attach_command(info: dict[str, Any]) -> str:
     term = info["terminal"]
     if term:
@@ -75,6 +87,7 @@ def info(as_json: bool) -> None:
     pairs: list[tuple[str, Any]] = [
         ("Server", data["server_url"]),
         ("Health", status),
+        ("Supervised", _supervised(health)),
         ("cao home", data["cao_home"]),
         ("Database", data["db_path"]),
         ("tmux socket", data["tmux_socket"]),

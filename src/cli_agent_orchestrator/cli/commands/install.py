@@ -31,9 +31,12 @@ def install(source: str, provider: str | None, env: tuple[str, ...], as_json: bo
     Writes <home>/agent-store/NAME.md and, for kiro_cli, the Kiro agent
     $CAO_AGENTS_DIR/NAME.json (default ~/.kiro/agents) with the profile's tools and
     cao-mcp-server. Other providers are configured per terminal at launch and need no file.
+    A URL's whole download must end within CAO_PROFILE_FETCH_TIMEOUT seconds (default 30).
     """
     settings = Settings.from_env()
-    config = InstallConfig.from_environ(settings.home_dir, settings.default_provider, os.environ, mcp_server_argv())
+    config = InstallConfig.from_environ(
+        settings.home_dir, settings.default_provider, os.environ, mcp_server_argv(), settings.profile_fetch_timeout
+    )
     try:
         result = install_profile(source, config, provider=provider, env_vars=env_pairs(env), allow_files=True)
     except CaoError as exc:

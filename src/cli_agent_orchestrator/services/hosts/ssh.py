@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ...errors import InvalidInput
-from ...private_files import socket_dir
+from ...runtime_dir import socket_dir
 from .records import HostRecord
 
 SSH = "ssh"

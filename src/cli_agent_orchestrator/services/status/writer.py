@@ -7,7 +7,7 @@ from __future__ import annotations
 import asyncio
 import logging
 
-from ...errors import StoreBusy
+from ...errors import StoreFault
 from ...models import TerminalStatus
 from ...store import Store
 from ...tasks import TaskGroup
@@ -46,10 +46,10 @@ class StatusWriter:
             batch, self._latest = self._latest, {}
             try:
                 await self.store.run(self.store.set_statuses, batch)
-            except StoreBusy as exc:
+            except StoreFault as exc:
                 log.warning("status write deferred: %s", exc)
                 self._latest = {**batch, **self._latest}  # newer readings win
-                await asyncio.sleep(STATUS_WRITE_RETRY_S)  # safety net: retry a locked database
+                await asyncio.sleep(STATUS_WRITE_RETRY_S)  # retry a locked or failing database
                 self._wake.set()
             except Exception:
                 log.exception("status write failed; retrying")

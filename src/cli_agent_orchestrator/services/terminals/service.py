@@ -13,8 +13,10 @@ import os
 import shlex
 import shutil
 from collections.abc import Mapping
+from dataclasses import dataclass
 
 from ...backends.base import TerminalBackend
+from ...backends.tmux_windows import HISTORY_LIMIT
 from ...bus import EventBus
 from ...errors import AgentExited, Conflict, Forbidden, InvalidInput, NotFound, WaitTimeout, WorkerError
 from ...events import BackendLost, Event, SessionCreated, TerminalRemoved, TerminalSpawned
@@ -37,6 +39,18 @@ from .spawn import HOOK_SECRET_ENV, CreateRequest, Spawner, checked_working_dire
 log = logging.getLogger(__name__)
 
 MAX_STARTUP_ANSWERS = 12  # first-run screens (theme, notes, trust) can each be drawn more than once
+# tmux drops the oldest tenth of a full history at once, so a pane that has lost lines to the
+# history limit holds between 90 % and 100 % of it: from here on, the top may be gone.
+HISTORY_FULL_LINES = HISTORY_LIMIT * 9 // 10
+
+
+@dataclass(frozen=True)
+class Reply:
+    """An agent's last reply as cao can read it. `cut`: why `text` is not the whole reply
+    (its start scrolled out of the pane's history); None when it is."""
+
+    text: str
+    cut: str | None = None
 
 
 class TerminalService:
@@ -112,7 +126,7 @@ class TerminalService:
             workdir = await self._host_workdir(req, host)
         else:
             workdir = await self._default_workdir(req)
-        terminal_id, worktree = new_terminal_id(), None
+        terminal_id, worktree = req.terminal_id or new_terminal_id(), None
         if req.use_worktree:
             worktree, workdir = await self.worktrees.create(workdir, terminal_id, profile.name)
         try:
@@ -268,19 +282,38 @@ class TerminalService:
         return await self.backend.capture(window_id, history=True)
 
     async def output(self, terminal_id: str, mode: str) -> str:
+        """The whole history ("full") or the last reply ("last"); a reply whose start is gone
+        comes with a first line saying so (the API gives that as `truncated` and `reason`)."""
+        if mode == "full":
+            await self.get(terminal_id)
+            return await self.history(terminal_id)
+        reply = await self.last_reply(terminal_id)
+        return reply.text if reply.cut is None else f"[cao: {reply.cut}]\n{reply.text}"
+
+    async def last_reply(self, terminal_id: str) -> Reply:
+        """The last reply; when its start scrolled out of the history, what is left of it.
+        Conflict when there is none yet."""
         term = await self.get(terminal_id)
         view = self.monitor.view(terminal_id)
-        if mode == "last" and view is not None and view.hook_reply is not None:
-            return view.hook_reply  # exact text from the CLI itself; the screen has it wrapped
-        text = await self.history(terminal_id)
-        if mode == "full":
-            return text
+        if view is not None and view.hook_reply is not None:
+            return Reply(view.hook_reply)  # exact text from the CLI itself; the screen has it wrapped
+        window_id = await self.window(terminal_id)
+        text = await self.backend.capture(window_id, history=True)
         provider = get_provider(term.provider)
         lines = text.splitlines() if provider.raw_history else [line.rstrip() for line in text.splitlines()]
         reply = provider.extract_reply(lines)
-        if reply is None:
-            raise Conflict(f"terminal {terminal_id} has no reply to extract yet (status {term.status})")
-        return reply
+        if reply is not None:
+            return Reply(reply)
+        position = await self.backend.position(window_id)
+        if position is not None and position[0] >= HISTORY_FULL_LINES:
+            # No reply start in a full history: it scrolled out. What is left is the pane's text
+            # itself, the reply's end and whatever the agent drew after it.
+            return Reply(
+                text.rstrip("\n"),
+                f"the reply's start scrolled out of the terminal's history (tmux keeps {HISTORY_LIMIT} lines); "
+                "this is the rest of the pane: the reply's end and what the agent showed after it",
+            )
+        raise Conflict(f"terminal {terminal_id} has no reply to extract yet (status {term.status})")
 
     async def attach(self, terminal_id: str) -> dict:
         term = await self.get(terminal_id)

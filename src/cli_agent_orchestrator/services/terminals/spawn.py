@@ -30,7 +30,7 @@ from ..hosts.records import check_name
 from ..launch import env_file, env_file_text, mcp_server_argv, pane_command, write_env_file
 from ..status.monitor import StatusMonitor
 from .engines import check_engine, requested_engine
-from .names import check_terminal_id, normalise_session_name
+from .names import check_not_flow_session, check_terminal_id, normalise_session_name
 from .relocate import relocated
 
 log = logging.getLogger(__name__)
@@ -60,6 +60,11 @@ class CreateRequest:
     # Where the agent runs: a registered host's name, "local", or None (the placement policy,
     # services/hosts/placement.py; a profile's `host` field comes before the policy).
     host: str | None = None
+    # The new terminal's id, chosen by cao beforehand (a handoff records it before the worker
+    # exists); None: a fresh one. Never taken from a client.
+    terminal_id: str | None = None
+    # Set only by a flow's run (flows/runner.py): the one creator of a session named cao-flow-*.
+    flow_session: bool = False
 
 
 MAX_ENV_VARS, MAX_ENV_VALUE = 64, 32 * 1024
@@ -148,6 +153,8 @@ class Spawner:
         (a worker runs where its supervisor runs: the server-wide default may be a CLI that is
         not installed), else the default (CAO_DEFAULT_PROVIDER); and the host (placement.py),
         None for this machine."""
+        if req.new_session and req.session_name and not req.flow_session:
+            check_not_flow_session(normalise_session_name(req.session_name))
         profile = load_profile(self.settings.home_dir, req.agent_profile, self.environ)
         provider = req.provider or profile.provider
         caller = None
