@@ -91,11 +91,22 @@ class EventFollower:
 
 
 class Server(EventFollower):
-    def __init__(self, think_ms: int, pattern: str = "terminal.*.status", env: dict[str, str] | None = None):
+    """`python` (default: this interpreter) runs cao-server: another virtualenv's Python runs
+    another checkout's cao, whose console scripts (cao-mcp-server) then come first on PATH."""
+
+    def __init__(
+        self,
+        think_ms: int,
+        pattern: str = "terminal.*.status",
+        env: dict[str, str] | None = None,
+        python: str = sys.executable,
+    ):
         self.home = Path(tempfile.mkdtemp(prefix="cao-bench-"))
         self.port = free_port()
+        self.python = python
         self.env = {
             **os.environ,
+            "PATH": os.pathsep.join([str(Path(python).parent), os.environ.get("PATH", "")]),
             "CAO_HOME_DIR": str(self.home),
             "CAO_API_PORT": str(self.port),
             "TMUX_TMPDIR": str(self.home),
@@ -104,7 +115,7 @@ class Server(EventFollower):
         }
         self.env.pop("TMUX", None)
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "cli_agent_orchestrator.cli.server", "--log-level", "warning"],
+            [python, "-m", "cli_agent_orchestrator.cli.server", "--log-level", "warning"],
             env=self.env,
             stdout=subprocess.DEVNULL,
             stderr=subprocess.DEVNULL,
@@ -141,6 +152,12 @@ def report(rows: list[tuple[str, float, str]], results: dict, name: str) -> None
     width = max(len(r[0]) for r in rows)
     for label, value, target in rows:
         print(f"{label:<{width}}  {round(value, 1):>8}  {target}")
+    write_results(results, name)
+
+
+def write_results(results: dict, name: str) -> Path:
     out = Path(__file__).resolve().parent / "results"
     out.mkdir(exist_ok=True)
-    (out / f"{name}.json").write_text(json.dumps(results, indent=2))
+    path = out / f"{name}.json"
+    path.write_text(json.dumps(results, indent=2))
+    return path

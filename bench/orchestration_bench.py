@@ -4,8 +4,10 @@ assign return time, inbox POST → text on the receiver's screen, and 20 paralle
 assigns until all 20 callbacks are in the supervisor's inbox.
 
 Starts its own cao-server; the MCP calls go through a real `cao-mcp-server`
-process driven by the official MCP client SDK; workers are mock agents that
-answer instantly (think time 0).
+process (the stdio relay to cao-server's /mcp) driven by the official MCP client SDK,
+speaking for the supervisor with its credential; workers are mock agents that answer
+instantly (think time 0). bench/mcp_bench.py runs the parallel assigns against an older
+commit too, side by side.
 
     python bench/orchestration_bench.py [--rounds 10] [--parallel 20]
 """
@@ -22,6 +24,8 @@ from pathlib import Path
 
 from mcp.client.session import ClientSession
 from mcp.client.stdio import StdioServerParameters, stdio_client
+
+from cli_agent_orchestrator.agent_credentials import credential_for
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _harness import Server, report  # noqa: E402
@@ -42,10 +46,29 @@ mock:
 INSTANT = "---\nname: instant\nprovider: mock_cli\nmock: {delay_ms: 0}\n---\n"
 
 
-def mcp_params(env: dict[str, str], caller: str) -> StdioServerParameters:
-    exe = shutil.which("cao-mcp-server", path=str(Path(sys.executable).parent))
-    argv = [exe] if exe else [sys.executable, "-m", "cli_agent_orchestrator.mcp_server.server"]
-    return StdioServerParameters(command=argv[0], args=argv[1:], env={**env, "CAO_TERMINAL_ID": caller})
+def write_profiles(server: Server) -> None:
+    store = server.home / "agent-store"
+    store.mkdir(exist_ok=True)
+    (store / "bench_worker.md").write_text(WORKER)
+    (store / "instant.md").write_text(INSTANT)
+
+
+def agent_env(server: Server, caller: str) -> dict[str, str]:
+    """What an agent's MCP client has in its environment: its terminal id (all an older
+    cao-mcp-server read) and its credential (what the relay sends to /mcp)."""
+    env = {k: v for k, v in server.env.items() if k not in ("CAO_MCP_TOKEN", "CAO_MCP_URL")}
+    env["CAO_TERMINAL_ID"] = caller
+    token = server.home / "auth-token"
+    if token.exists():
+        env["CAO_MCP_TOKEN"] = credential_for(token.read_text().strip(), caller)
+    return env
+
+
+def mcp_params(server: Server, caller: str) -> StdioServerParameters:
+    """`cao-mcp-server` of the cao that `server` runs (the console script beside its Python)."""
+    exe = shutil.which("cao-mcp-server", path=str(Path(server.python).parent))
+    argv = [exe] if exe else [server.python, "-m", "cli_agent_orchestrator.mcp_server.relay"]
+    return StdioServerParameters(command=argv[0], args=argv[1:], env=agent_env(server, caller))
 
 
 async def call(session: ClientSession, tool: str, **args) -> dict:
@@ -53,14 +76,42 @@ async def call(session: ClientSession, tool: str, **args) -> dict:
     return result.structured_content or {}
 
 
+async def parallel_assigns(
+    server: Server, session: ClientSession, supervisor: str, parallel: int
+) -> tuple[float | None, dict[str, str]]:
+    """Seconds from `parallel` assigns at once (each worker calls back with send_message)
+    until all their callbacks are in the supervisor's inbox (None if a worker failed), and
+    the workers that ended their turn in `error` instead, with what their screen said."""
+    server.drain()
+    t0 = time.perf_counter()
+    outs = await asyncio.gather(
+        *(call(session, "assign", agent_profile="bench_worker", message=f"Job {i}") for i in range(parallel))
+    )
+    ids = {o["terminal_id"] for o in outs}
+    got: set[str] = set()
+    failed: dict[str, str] = {}
+
+    def callback_or_failure(ev: dict) -> bool:
+        if ev.get("type") == "InboxQueued":
+            return ev["receiver_id"] == supervisor and ev["sender_id"] in ids
+        return ev.get("terminal_id") in ids and ev.get("status") == "error"
+
+    while len(got) + len(failed) < parallel:
+        _, ev = server.wait_for(callback_or_failure, timeout=120)
+        if ev.get("type") == "InboxQueued":
+            got.add(ev["sender_id"])
+            print(f"  callback {len(got)}/{parallel} after {time.perf_counter() - t0:.1f}s", file=sys.stderr)
+        elif ev["terminal_id"] not in got:
+            failed[ev["terminal_id"]] = str(ev.get("reason") or ev)
+            print(f"  worker {ev['terminal_id']} failed: {failed[ev['terminal_id']]}", file=sys.stderr)
+    return (None if failed else round(time.perf_counter() - t0, 2)), failed
+
+
 async def run(server: Server, rounds: int, parallel: int) -> dict:
-    store = server.home / "agent-store"
-    store.mkdir(exist_ok=True)
-    (store / "bench_worker.md").write_text(WORKER)
-    (store / "instant.md").write_text(INSTANT)
+    write_profiles(server)
     sup = server.http.post("/sessions", params={"agent_profile": "instant", "provider": "mock_cli"}).json()
     results: dict = {}
-    async with stdio_client(mcp_params(server.env, sup["id"])) as (read, write), ClientSession(read, write) as session:
+    async with stdio_client(mcp_params(server, sup["id"])) as (read, write), ClientSession(read, write) as session:
         await session.initialize()
         handoffs = []
         for i in range(rounds):
@@ -100,21 +151,10 @@ async def run(server: Server, rounds: int, parallel: int) -> dict:
         results["inbox_post_to_visible_ms"] = [round(x, 1) for x in visible]
 
         # N parallel assigns; each worker calls back with send_message.
-        server.drain()
-        t0 = time.perf_counter()
-        outs = await asyncio.gather(
-            *(call(session, "assign", agent_profile="bench_worker", message=f"Job {i}") for i in range(parallel))
-        )
-        ids = {o["terminal_id"] for o in outs}
-        got: set[str] = set()
-        while len(got) < parallel:
-            _, ev = server.wait_for(
-                lambda ev: ev.get("type") == "InboxQueued" and ev["receiver_id"] == sup["id"], timeout=120
-            )
-            if ev["sender_id"] in ids:
-                got.add(ev["sender_id"])
-                print(f"  callback {len(got)}/{parallel} after {time.perf_counter() - t0:.1f}s", file=sys.stderr)
-        results[f"parallel_{parallel}_assigns_all_callbacks_s"] = round(time.perf_counter() - t0, 2)
+        seconds, failed = await parallel_assigns(server, session, sup["id"], parallel)
+        if failed:
+            raise SystemExit(f"workers failed instead of calling back: {failed}")
+        results[f"parallel_{parallel}_assigns_all_callbacks_s"] = seconds
     return results
 
 

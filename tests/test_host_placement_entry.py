@@ -23,7 +23,7 @@ import pytest
 from conftest import CaoServer
 from mcp.client.session import ClientSession
 from mcp.client.stdio import StdioServerParameters, stdio_client
-from mcp_support import call, mcp_session
+from mcp_support import agent_env, call, mcp_session
 from workflow_support import Workflows
 
 pytestmark = pytest.mark.skipif(shutil.which("tmux") is None, reason="tmux not installed")
@@ -94,10 +94,7 @@ def delete_session(server: CaoServer, name: str) -> None:
 
 
 def mcp_env(server: CaoServer, terminal_id: str | None) -> dict[str, str]:
-    env = {k: v for k, v in server.env.items() if k != "CAO_TERMINAL_ID"}
-    if terminal_id is not None:
-        env["CAO_TERMINAL_ID"] = terminal_id
-    return env
+    return agent_env(server, terminal_id)
 
 
 def cao_cli(server: CaoServer, *args: str) -> subprocess.CompletedProcess:

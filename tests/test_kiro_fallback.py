@@ -4,8 +4,11 @@ timeout is replaced, in the same window, by the same agent with `--legacy-ui`; o
 kiro-cli cannot be installed here, so the program on PATH named `kiro-cli` is a stand-in
 written from the contract: `chat --help` lists the launch line's flags; the TUI launch draws
 Kiro's boot line and never becomes ready (the failure the fallback exists for); the
-`--legacy-ui` launch shows the line UI's prompt and answers each line. Everything else is
-real: cao-server, tmux, the kiro_cli provider's launch line, status reading and extraction.
+`--legacy-ui` launch first starts the agent file's MCP servers as Kiro does (each with its own
+environment plus the entry's `env`; initialize, tools/list; the boot line counts them), then
+shows the line UI's prompt and answers each line ("call TOOL {json}" calls that cao tool). Everything
+else is real: cao-server, tmux, `cao install`'s agent file, cao-mcp-server (the relay), the
+kiro_cli provider's launch line, status reading and extraction.
 """
 
 from __future__ import annotations
@@ -17,13 +20,33 @@ import textwrap
 import time
 from pathlib import Path
 
+import psutil
 import pytest
 from conftest import CaoServer
 
 FAKE_KIRO = textwrap.dedent(
     """\
     #!{python}
-    import json, os, sys, time
+    import json, os, subprocess, sys, time
+    def start_mcp_servers(agent):
+        path = os.path.join(os.environ["CAO_AGENTS_DIR"], agent + ".json")
+        servers = json.load(open(path)).get("mcpServers", {{}})
+        sys.stdout.write("0 of %d mcp servers initialized. ctrl-c to start chatting now\\r\\n" % len(servers))
+        sys.stdout.flush()
+        started = {{}}
+        for name, spec in servers.items():
+            proc = subprocess.Popen([spec["command"], *spec.get("args", [])], stdin=subprocess.PIPE,
+                                    stdout=subprocess.PIPE, env={{**os.environ, **spec.get("env", {{}})}})
+            def rpc(message, proc=proc):
+                proc.stdin.write((json.dumps(message) + "\\n").encode())
+                proc.stdin.flush()
+                return json.loads(proc.stdout.readline()) if "id" in message else None
+            rpc({{"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {{"protocolVersion": "2025-06-18",
+                 "capabilities": {{}}, "clientInfo": {{"name": "fake-kiro", "version": "0"}}}}}})
+            rpc({{"jsonrpc": "2.0", "method": "notifications/initialized"}})
+            tools = rpc({{"jsonrpc": "2.0", "id": 2, "method": "tools/list"}})["result"]["tools"]
+            started[name] = (rpc, [t["name"] for t in tools])
+        return started
     args = sys.argv[1:]
     if args[:2] == ["chat", "--help"]:
         print("Usage: kiro-cli chat [OPTIONS]\\n      --agent <AGENT>\\n      --agent-engine <ENGINE>")
@@ -36,6 +59,7 @@ FAKE_KIRO = textwrap.dedent(
         sys.stdout.write(" " + agent + " · model · 0%\\r\\n Initializing · type to queue a message\\r\\n")
         sys.stdout.flush()
         time.sleep(3600)
+    servers = start_mcp_servers(agent)
     turn = 0
     while True:
         sys.stdout.write("[" + agent + "] " + str(turn) + "% > ")
@@ -43,7 +67,15 @@ FAKE_KIRO = textwrap.dedent(
         line = sys.stdin.readline()
         if not line or line.strip() == "/exit":
             break
-        if line.strip():
+        if line.strip().startswith("call "):
+            turn += 1
+            rpc, _ = servers["cao-mcp-server"]
+            _, name, *arguments = line.strip().split(None, 2)
+            call = {{"name": name, "arguments": json.loads(arguments[0] if arguments else "{{}}")}}
+            answer = rpc({{"jsonrpc": "2.0", "id": 2 + turn, "method": "tools/call", "params": call}})
+            text = "".join(c.get("text", "") for c in answer.get("result", {{}}).get("content", []))
+            sys.stdout.write("> " + (text or json.dumps(answer)).replace("\\n", " ")[:150] + "\\r\\n▸ Credits: 0.01\\r\\n")
+        elif line.strip():
             turn += 1
             time.sleep(0.3)
             sys.stdout.write("> Hello from the line UI.\\r\\n▸ Credits: 0.01 • Time: 1s\\r\\n")
@@ -114,3 +146,40 @@ def test_the_fallback_is_tried_once_and_a_line_ui_start_has_none(cao_factory, ki
     assert yolo.status_code == 504, yolo.text
     [only] = launches(kiro_home[1])
     assert "--legacy-ui" in only  # unrestricted tools start in the line UI: no second try
+
+
+def test_kiro_gets_cao_tools_from_the_relay_as_its_own_terminal_across_a_server_restart(cao_factory, kiro_home):
+    """The agent file is one per profile: cao-mcp-server (the relay) takes this agent's endpoint
+    and credential from the environment Kiro starts it with. Kiro is ready once the relay has
+    listed cao's tools; a call made through it after cao-server was killed -9 and restarted runs
+    once, as the Kiro terminal."""
+    cao = start(cao_factory, kiro_home)
+    agent_file = Path(cao.env["CAO_AGENTS_DIR"]) / "developer.json"
+    entry = json.loads(agent_file.read_text())["mcpServers"]["cao-mcp-server"]
+    assert Path(entry["command"]).name == "cao-mcp-server" and "env" not in entry
+    # yolo: the line UI at once (no TUI timeout first); 201 only once the relay listed the tools.
+    params = {"agent_profile": "developer", "provider": "kiro_cli", "yolo": "true"}
+    resp = cao.client.post("/sessions", params=params)
+    assert resp.status_code == 201, resp.text
+    tid = resp.json()["id"]
+    relay = [
+        p
+        for p in psutil.process_iter(["environ", "cmdline"])
+        if (p.info["environ"] or {}).get("CAO_TERMINAL_ID") == tid
+        and any("cao-mcp-server" in a for a in p.info["cmdline"] or [])
+    ]
+    assert relay, "Kiro did not start cao-mcp-server"
+    credential = relay[0].info["environ"]["CAO_MCP_TOKEN"]
+    assert credential.startswith(f"{tid}.") and relay[0].info["environ"]["CAO_MCP_URL"] == f"{cao.url}/mcp"
+    assert credential not in " ".join(relay[0].info["cmdline"]) and credential not in agent_file.read_text()
+    assert tid not in agent_file.read_text()
+
+    receiver = cao.create_session("developer", session_name="inbox")["id"]  # a mock agent
+    cao.kill9()
+    cao.start()
+    message = {"receiver_id": receiver, "message": "from kiro, after the restart"}
+    cao.send(tid, "call send_message " + json.dumps(message))
+    cao.wait_status(tid, "completed", timeout=30)
+    assert '"success": true' in cao.client.get(f"/terminals/{tid}/output", params={"mode": "last"}).json()["output"]
+    inbox = cao.client.get(f"/terminals/{receiver}/inbox/messages").json()
+    assert [(m["sender_id"], m["message"].split("\n")[0]) for m in inbox] == [(tid, "from kiro, after the restart")]

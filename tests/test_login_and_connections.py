@@ -21,6 +21,7 @@ from typing import Any
 import httpx
 import pytest
 from conftest import CaoServer, wait_until
+from mcp_support import agent_env
 from stranger_support import Stranger
 
 CAO = [sys.executable, "-m", "cli_agent_orchestrator.cli.main"]
@@ -234,7 +235,7 @@ def test_the_owner_keeps_working_while_another_user_holds_thousands_of_connectio
         receiver = cao.create_session()
         mcp = subprocess.run(
             [sys.executable, "-c", MCP_SEND, receiver["id"]],
-            env={**cao.env, "CAO_TERMINAL_ID": term["id"], "CAO_TESTS_DIR": str(Path(__file__).parent)},
+            env=agent_env(cao, term["id"], CAO_TESTS_DIR=str(Path(__file__).parent)),
             capture_output=True,
             text=True,
             timeout=120,

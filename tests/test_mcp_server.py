@@ -17,7 +17,7 @@ from typing import Any
 import anyio
 import pytest
 from conftest import CaoServer
-from mcp_support import call, mcp_session
+from mcp_support import agent_env, call, mcp_session
 
 pytestmark = [pytest.mark.anyio, pytest.mark.skipif(shutil.which("tmux") is None, reason="tmux not installed")]
 
@@ -31,12 +31,7 @@ def anyio_backend() -> str:
 
 
 def mcp_env(cao: CaoServer, terminal_id: str | None, **extra: str) -> dict[str, str]:
-    # The test itself may run inside a cao terminal: never leak that identity.
-    env = {k: v for k, v in cao.env.items() if k != "CAO_TERMINAL_ID"}
-    if terminal_id is not None:
-        env["CAO_TERMINAL_ID"] = terminal_id
-    env.update(extra)
-    return env
+    return agent_env(cao, terminal_id, **extra)
 
 
 async def eventually(predicate: Callable[[], Any], timeout: float = 15, message: str = "condition") -> Any:
@@ -68,10 +63,12 @@ def gone(cao: CaoServer, terminal_id: str) -> bool:
 
 
 # --- the contract ---------------------------------------------------------------------------
-async def test_list_tools_offers_working_directory_only_when_enabled(cao: CaoServer, tmp_path: Path) -> None:
-    sup = cao.create_session("code_supervisor")
+async def test_list_tools_offers_working_directory_only_when_enabled(cao_factory, tmp_path: Path) -> None:
     for flag, with_workdir in (("false", False), ("true", True)):
-        async with mcp_session(mcp_env(cao, sup["id"], CAO_ENABLE_WORKING_DIRECTORY=flag)) as session:
+        # The tools are cao-server's: its own setting decides (an agent inherits the server's).
+        cao = cao_factory(f"home-{flag}", CAO_ENABLE_WORKING_DIRECTORY=flag).start()
+        sup = cao.create_session("code_supervisor")
+        async with mcp_session(mcp_env(cao, sup["id"])) as session:
             server_name = session.server_info.name if session.server_info else None
             tools = {t.name: t for t in (await session.list_tools()).tools}
             if with_workdir:
@@ -264,11 +261,11 @@ async def test_assign_reminds_about_crowded_sessions(cao: CaoServer) -> None:
 
 
 # --- answer_user_prompt and delete_terminal ---------------------------------------------------
-async def test_answer_user_prompt_unblocks_a_waiting_worker(cao: CaoServer) -> None:
-    sup = cao.create_session("code_supervisor")
+async def test_answer_user_prompt_unblocks_a_waiting_worker(cao_factory) -> None:
     # Without sender-id injection the task reaches the worker verbatim, so the magic input works.
-    env = mcp_env(cao, sup["id"], CAO_ENABLE_SENDER_ID_INJECTION="false")
-    async with mcp_session(env) as session:
+    cao = cao_factory(CAO_ENABLE_SENDER_ID_INJECTION="false").start()
+    sup = cao.create_session("code_supervisor")
+    async with mcp_session(mcp_env(cao, sup["id"])) as session:
         not_waiting = await call(session, "answer_user_prompt", terminal_id=sup["id"], answer="yes")
         assert not_waiting["success"] is False and not_waiting["terminal_id"] == sup["id"]
         assert not_waiting["status"] in ("idle", "completed") and "not waiting" in not_waiting["message"]

@@ -16,10 +16,10 @@ from cao_testkit.mock.brain import (
     BrainError,
     brain_from_env,
     load_rules,
-    mcp_command,
     parse_rules,
     render,
 )
+from cao_testkit.mock.mcp_caller import mcp_command
 from cao_testkit.provider import build_launch
 from cli_agent_orchestrator.providers.base import LaunchContext
 

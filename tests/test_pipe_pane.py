@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import re
 import stat
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -97,8 +99,8 @@ def test_exit_is_reported_from_the_pane_with_its_code(cao_factory):
     server.wait_status(tid, "error", timeout=10)
     detail = server.client.get(f"/terminals/{tid}").json()
     assert detail["status_source"] == "pane"
-    # tmux 3.3a now and then never reaps a dead pane's process, so no code is known.
-    assert re.search(r"exited \(code (0|None)\)", detail["status_reason"]), detail["status_reason"]
+    # tmux 3.3a now and then never reaps a dead pane's process: the kernel still holds its code.
+    assert re.search(r"exited \(code 0\)", detail["status_reason"]), detail["status_reason"]
     assert server.client.post(f"/terminals/{tid}/input", json={"message": "anyone?"}).status_code == 409
 
 
@@ -139,3 +141,26 @@ def test_kill9_restart_readopts_and_a_new_turn_completes(cao_factory, tmp_path: 
         lambda: log.exists() and b"MOCK: after repipe" in log.read_bytes(), message="reply read from the new pipe"
     )
     server.wait_status(tid, "completed")
+
+
+def test_an_unreaped_process_s_exit_code_is_read_from_the_kernel():
+    """What a dead pane's code is read from when tmux never reaped its process (tmux 3.3a does
+    that now and then): the zombie's status, an exit code or a signal."""
+    import os
+    import signal as signals
+
+    from cli_agent_orchestrator.backends.tmux_pane_watch import zombie_exit_code
+
+    exits = subprocess.Popen([sys.executable, "-c", "import sys; sys.exit(7)"])
+    killed = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    try:
+        killed.send_signal(signals.SIGTERM)
+        for proc, expected in ((exits, 7), (killed, -signals.SIGTERM)):
+            wait_until(lambda p=proc: zombie_exit_code(p.pid) is not None, 10, message="a zombie")  # not reaped yet
+            assert zombie_exit_code(proc.pid) == expected
+        assert zombie_exit_code(os.getpid()) is None  # alive
+    finally:
+        for proc in (exits, killed):
+            proc.kill()
+            proc.wait(10)  # reaped now
+    assert zombie_exit_code(exits.pid) is None

@@ -24,7 +24,7 @@ from typing import Any
 
 import pytest
 from conftest import REPO, CaoServer, read_records, wait_until
-from mcp_support import call, mcp_session
+from mcp_support import agent_env, call, mcp_session
 
 from cli_agent_orchestrator import events
 from cli_agent_orchestrator.plugins.dispatch import actor_of, describe
@@ -168,8 +168,7 @@ async def test_webhook_and_audit_log_see_every_event_of_a_handoff_once_in_order(
         params={"agent_profile": "code_supervisor", "provider": "mock_cli"},
         headers={"X-CAO-Client": "cli"},
     ).json()
-    env = {k: v for k, v in cao.env.items() if k != "CAO_TERMINAL_ID"} | {"CAO_TERMINAL_ID": sup["id"]}
-    async with mcp_session(env) as session:
+    async with mcp_session(agent_env(cao, sup["id"])) as session:
         result = await call(session, "handoff", agent_profile="developer", message="summarise the plan")
     # The raising plugin and the gated one (still stuck in its first event) changed nothing.
     assert result["success"] is True, result
@@ -372,6 +371,7 @@ NOT_FOR_PLUGINS = {
     "ScreenSnapshot",
     "TerminalResized",
     "ComposerChanged",
+    "McpListed",  # its effect reaches plugins as the status change it causes (the agent is ready)
     "TerminalExited",
     "TerminalUnreachable",  # its effect reaches plugins as the status change it causes
     "InputSubmitted",

@@ -21,6 +21,7 @@ import psutil
 import pytest
 from conftest import CaoServer, wait_until
 from crash_support import long_paste_survives_a_crash
+from credential_support import agent_credential, argv_holding, files_holding
 from mcp.client.session import ClientSession
 from mcp.client.stdio import StdioServerParameters, stdio_client
 
@@ -32,6 +33,7 @@ from real_cli_support import (
     real_cli_server,
     store_profiles,
 )
+from sse_support import EventStream
 
 from cao_testkit.scripted_model.harness import ScriptedModelServer
 
@@ -66,6 +68,13 @@ SCRIPT = [
         ],
     },
     {
+        "match": r"report (marker-\d+) to ([0-9a-f]{8})",
+        "steps": [
+            {"tool": "mcp:cao-mcp-server:send_message", "args": {"receiver_id": "{g2}", "message": "{g1}"}},
+            {"text": "Reported {g1}."},
+        ],
+    },
+    {
         "match": "report back the marker",
         "steps": [
             {"tool": "mcp:cao-mcp-server:send_message", "args": {"message": "worker result marker-77"}},
@@ -81,6 +90,7 @@ PROFILES = {
     "claude_worker": "---\nname: claude_worker\nprovider: claude_code\npermissionMode: bypassPermissions\n---\n"
     "You are a worker.\n",
     "mock_worker": "---\nname: mock_worker\nprovider: mock_cli\n---\nA mock worker.\n",
+    "mock_inbox": "---\nname: mock_inbox\nprovider: mock_cli\n---\nReceives messages.\n",
     "mock_sup": "---\nname: mock_sup\nprovider: mock_cli\nmock:\n  rules:\n"
     "    - match: 'hand it over'\n      steps: [{tool: handoff, args: {agent_profile: claude_worker,"
     " message: 'say hello'}, save: out}]\n      reply: 'SUP GOT: {out}'\n"
@@ -92,10 +102,13 @@ PROFILES = {
 
 @pytest.fixture(scope="module")
 def wait_for_mcp_shim():
-    """Claude connects MCP servers in the background; until they are up it offers the model a
-    `WaitForMcpServers` tool instead of their tools, and a real model calls it. The scripted
-    model does not know that tool yet (a proposed change to cao_testkit/scripted_model/tools.py), so this
-    module teaches it: a missing MCP tool is first waited for, like a deferred one is searched."""
+    """cao types into a Claude agent only once Claude has listed cao's tools on /mcp, but Claude
+    2.1.197 hands a server's tools to the model only after it has processed them and listed the
+    server's prompts and resources too: 0.01-0.5 s later on a loaded 2-core machine. A message in
+    that window is sent with a `WaitForMcpServers` tool instead of cao's, and a real model calls
+    it. The scripted model does not know that tool (a proposed change to
+    cao_testkit/scripted_model/tools.py), so this module teaches it: a missing MCP tool is first
+    waited for, like a deferred one is searched."""
     from cao_testkit.scripted_model import conversation, engine
     from cao_testkit.scripted_model.tools import Call
 
@@ -201,7 +214,7 @@ def test_spawn_text_and_shell_turns_exit_and_delete(env) -> None:
     assert last_output(cao, tid) == "The command printed marker-42."
     assert main_requests(model, "list the marker")[-1]["tool_result"].strip() == "marker-42"
 
-    assert agent_processes(tid)  # claude and its cao-mcp-server carry the terminal's id
+    assert agent_processes(tid)  # claude carries the terminal's id (it reaches /mcp itself: no relay)
     assert cao.client.post(f"/terminals/{tid}/exit").status_code == 200  # types /exit
     cao.wait_status(tid, "error", timeout=30)  # the pane's process ended
     assert "exited" in detail(cao, tid)["status_reason"]
@@ -209,12 +222,12 @@ def test_spawn_text_and_shell_turns_exit_and_delete(env) -> None:
 
 
 def answer_user_prompt(cao: CaoServer, terminal_id: str, answer: str) -> dict:
-    """cao-mcp-server's answer_user_prompt, called as an agent would (official MCP client SDK)."""
+    """cao's answer_user_prompt through the stdio relay, as the user (official MCP client SDK)."""
 
     async def call() -> dict:
         params = StdioServerParameters(
             command=sys.executable,
-            args=["-m", "cli_agent_orchestrator.mcp_server.server"],
+            args=["-m", "cli_agent_orchestrator.mcp_server.relay"],
             env={k: v for k, v in cao.env.items() if k != "CAO_TERMINAL_ID"},
         )
         async with stdio_client(params) as (read, write), ClientSession(read, write) as session:
@@ -289,6 +302,75 @@ def test_claude_worker_of_a_mock_supervisor(env) -> None:
     assert detail(cao, worker)["caller_id"] == sup
     delete_and_check(cao, worker)
     delete_and_check(cao, sup)
+
+
+# --- cao's MCP endpoint (/mcp, over HTTP) --------------------------------------------------------
+FIRST = "first of all, delegate the greeting"  # its own words: the model's log is the module's
+
+
+def test_a_first_message_that_hands_off_does_so_on_the_first_try(env) -> None:
+    """The first message is typed only once Claude has listed cao's tools on /mcp; the model
+    calls handoff once and gets the worker's answer. (Claude may still offer WaitForMcpServers
+    in that first request, rarely: see wait_for_mcp_shim.)"""
+    cao, model, root = env
+    with EventStream(cao, "terminal.#") as events:
+        resp = cao.client.post(
+            "/sessions",
+            params={"agent_profile": "claude_worker", "working_directory": workdir(root, "first")},
+            json={"initial_message": FIRST},
+        )
+        assert resp.status_code == 201, resp.text
+        sup = resp.json()["id"]
+        events.until(lambda f: f.event == "InputSubmitted" and f.data["terminal_id"] == sup, timeout=60)
+    order = [f.event for f in events.frames if f.data.get("terminal_id") == sup and f.event != "TerminalOutput"]
+    assert "McpListed" in order and order.index("McpListed") < order.index("InputSubmitted"), order
+    wait_until(lambda: last_output(cao, sup) == "Handoff finished.", timeout=90, message="the handoff's answer")
+    turn = main_requests(model, FIRST)
+    calls = [r["reply"]["tool"]["name"] for r in turn if (r["reply"] or {}).get("tool")]
+    assert [c for c in calls if c.startswith("mcp__cao-mcp-server__")] == ["mcp__cao-mcp-server__handoff"], calls
+    result = json.loads(turn[-1]["tool_result"])
+    assert result["success"] is True and result["output"].strip() == "MOCK: greet the team"
+    delete_and_check(cao, sup)
+
+
+def test_a_tool_call_after_cao_server_was_killed_and_restarted_is_done_once(env) -> None:
+    """A tool call first: Claude takes the tools it listed only once it has also listed prompts
+    and resources, and a server killed in between can leave it without them for good."""
+    cao, _, root = env
+    inbox = cao.create_session("mock_inbox", provider="mock_cli")["id"]
+    tid = cao.create_session("claude_worker", provider="claude_code", working_directory=workdir(root, "kill9"))["id"]
+    turn(cao, tid, f"report marker-87 to {inbox}")
+    try:
+        cao.kill9()  # the agent's MCP client is left mid-session (its SSE stream drops)
+    finally:
+        cao.start()
+    cao.wait_status(tid, {"idle", "completed"}, timeout=30)  # adopted again, not an error
+    turn(cao, tid, f"report marker-88 to {inbox}")
+    assert last_output(cao, tid) == "Reported marker-88."
+    messages = cao.client.get(f"/terminals/{inbox}/inbox/messages", params={"limit": 100}).json()
+    assert [m["message"].split("\n")[0] for m in messages] == ["marker-87", "marker-88"]  # each done once
+    delete_and_check(cao, tid)
+    delete_and_check(cao, inbox)
+
+
+def test_the_credential_is_in_no_argv_and_no_file_and_its_config_goes_with_the_agent(env) -> None:
+    cao, _, root = env
+    tid = cao.create_session("claude_worker", provider="claude_code", working_directory=workdir(root, "cred"))["id"]
+    turn(cao, tid, "report back the marker")  # a tool call: Claude's MCP log has been written
+    secret = agent_credential(cao, tid)
+    procs = agent_processes(tid)
+    assert procs and all(env_of(p).get("CAO_MCP_TOKEN") == secret for p in procs)  # it is in the env
+    assert argv_holding(secret, procs) == []
+    # HOME, work dirs and the cao home. (Claude logs an HTTP server's headers, redacting only
+    # Authorization, to ~/.cache/claude-cli-nodejs/.)
+    assert files_holding(secret, root) == []
+    config = cao.home / "tmp" / tid / "mcp.json"
+    assert config.stat().st_mode & 0o777 == 0o600
+    server = json.loads(config.read_text())["mcpServers"]["cao-mcp-server"]
+    assert server["type"] == "http" and server["url"] == f"{cao.url}/mcp"
+    assert server["headers"] == {"Authorization": "Bearer ${CAO_MCP_TOKEN}"}  # Claude expands it
+    delete_and_check(cao, tid)
+    assert not config.parent.exists()
 
 
 # --- faults ---------------------------------------------------------------------------------

@@ -2,10 +2,11 @@
 cao-server, in its own temporary HOME, against the scripted model (Responses API).
 
 Covers spawn → idle, text and shell turns (status from Codex's hooks, the exact reply
-extracted), a permission prompt answered through cao-mcp-server's `answer_user_prompt`,
+extracted), a permission prompt answered through cao's `answer_user_prompt`,
 exit and delete leaving no process behind, handoff with Codex as supervisor and as worker,
-assign with a Codex worker reporting back, and the faults: binary missing, crash at start,
-death mid-turn.
+assign with a Codex worker reporting back, cao's MCP endpoint over HTTP (a first message that
+hands off, a kill -9 of cao-server, where the credential is), and the faults: binary missing,
+crash at start, death mid-turn.
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ import psutil
 import pytest
 from conftest import CaoServer, wait_until
 from crash_support import long_paste_survives_a_crash
+from credential_support import agent_credential, argv_holding, files_holding
 from mcp.client.session import ClientSession
 from mcp.client.stdio import StdioServerParameters, stdio_client
 
@@ -32,6 +34,7 @@ from real_cli_support import (
     real_cli_prerequisites,  # noqa: F401
     real_cli_server,
 )
+from sse_support import EventStream
 
 from cao_testkit.scripted_model.harness import ScriptedModelServer
 
@@ -73,6 +76,13 @@ RULES = [
         ],
     },
     {
+        "match": r"report (marker-\d+) to ([0-9a-f]{8})",
+        "steps": [
+            {"tool": "mcp:cao-mcp-server:send_message", "args": {"receiver_id": "{g2}", "message": "{g1}"}},
+            {"text": "Reported {g1}."},
+        ],
+    },
+    {
         "match": r"Assigned by terminal ([0-9a-f]{8})",
         "steps": [
             {"tool": "mcp:cao-mcp-server:send_message", "args": {"receiver_id": "{g1}", "message": "codex result 42"}},
@@ -101,6 +111,7 @@ PROFILES = {
         "codexConfig: {projects: {}}\n---\nMeets the trust screen.\n"
     ),
     "mock_worker": "---\nname: mock_worker\nprovider: mock_cli\n---\nA mock worker.\n",
+    "mock_inbox": "---\nname: mock_inbox\nprovider: mock_cli\n---\nReceives messages.\n",
     "mock_boss": (
         "---\nname: mock_boss\nprovider: mock_cli\nmock:\n  rules:\n"
         "    - match: 'hand off to codex'\n      steps:\n"
@@ -158,6 +169,12 @@ def terminal(env: Env, tid: str) -> dict:
 
 def last_reply(env: Env, tid: str) -> str:
     return env.cao.client.get(f"/terminals/{tid}/output", params={"mode": "last"}).json()["output"]
+
+
+def reply_so_far(env: Env, tid: str) -> str:
+    """The last reply, or "" while there is none yet (a turn still running)."""
+    resp = env.cao.client.get(f"/terminals/{tid}/output", params={"mode": "last"})
+    return resp.json()["output"] if resp.status_code == 200 else ""
 
 
 def processes_of(tid: str, home: str | None = None) -> list[psutil.Process]:
@@ -254,7 +271,7 @@ def test_spawn_text_and_shell_turns(env: Env):
 async def mcp_session(cao: CaoServer) -> AsyncIterator[ClientSession]:
     script = Path(sys.executable).parent / "cao-mcp-server"
     command, args = (
-        (str(script), []) if script.exists() else (sys.executable, ["-m", "cli_agent_orchestrator.mcp_server.server"])
+        (str(script), []) if script.exists() else (sys.executable, ["-m", "cli_agent_orchestrator.mcp_server.relay"])
     )
     child_env = {k: v for k, v in cao.env.items() if k != "CAO_TERMINAL_ID"}
     params = StdioServerParameters(command=command, args=args, env=child_env)
@@ -298,7 +315,8 @@ def test_exit_then_delete_leaves_no_process(env: Env):
     env.cao.send(tid, "please say hello")
     env.cao.wait_status(tid, "completed", timeout=60)
     programs = {Path(arg).name for p in processes_of(tid) for arg in p.cmdline()[:2]}
-    assert {"codex", "cao-mcp-server"} <= programs, programs  # the CLI and the MCP server it started
+    # The CLI, and no MCP server process: it reaches cao-server's /mcp itself.
+    assert "codex" in programs and "cao-mcp-server" not in programs, programs
     assert env.cao.client.post(f"/terminals/{tid}/exit").status_code == 200
     # `/quit` ends the CLI; the pane's process exits, which cao reports.
     wait_until(lambda: terminal(env, tid)["status"] == "error", timeout=30, message="codex exited")
@@ -313,7 +331,7 @@ def test_delete_while_running_leaves_no_process(env: Env):
     tid = term["id"]
     env.cao.send(tid, "please say hello")
     env.cao.wait_status(tid, "completed", timeout=60)
-    assert len(processes_of(tid)) >= 2  # the CLI and its cao-mcp-server at least
+    assert len(processes_of(tid)) >= 2  # the npm launcher (node) and the native CLI at least
     assert env.cao.client.delete(f"/terminals/{tid}").status_code == 200
     wait_until(lambda: not processes_of(tid, env.cao.env["HOME"]), timeout=20, message=f"no process of {tid} left")
     delete_session(env, term)
@@ -362,6 +380,87 @@ def test_assigned_codex_worker_reports_back(env: Env):
         wait_until(reported, timeout=90, message="the codex worker's send_message")
     finally:
         delete_session(env, boss)
+
+
+# --- cao's MCP endpoint (/mcp, over HTTP) ----------------------------------------------------------
+
+FIRST = "first of all, delegate the sum"
+
+
+def test_a_first_message_that_hands_off_does_so_on_the_first_try(env: Env):
+    """The first message is typed only once Codex has listed cao's tools on /mcp: the model's
+    first request offers handoff, and it is called once."""
+    with EventStream(env.cao, "terminal.#") as events:
+        resp = env.cao.client.post(
+            "/sessions",
+            params={"agent_profile": "codex_dev", "working_directory": str(env.work), "yolo": True},
+            json={"initial_message": FIRST},
+        )
+        assert resp.status_code == 201, resp.text
+        term = resp.json()
+        tid = term["id"]
+        events.until(lambda f: f.event == "InputSubmitted" and f.data["terminal_id"] == tid, timeout=60)
+    try:
+        order = [f.event for f in events.frames if f.data.get("terminal_id") == tid and f.event != "TerminalOutput"]
+        assert "McpListed" in order and order.index("McpListed") < order.index("InputSubmitted"), order
+        wait_until(lambda: reply_so_far(env, tid) == "The worker has answered.", 90, message="the handoff's answer")
+        turn = [r for r in env.model.requests("codex") if r["user_text"] == FIRST and not r["side"]]
+        cao_tools = {
+            tool["name"]
+            for group in turn[0]["body"]["tools"]
+            if group.get("type") == "namespace" and group["name"] == "mcp__cao_mcp_server"
+            for tool in group["tools"]
+        }
+        assert "handoff" in cao_tools, turn[0]["body"]["tools"]
+        calls = [r["reply"]["tool"]["name"] for r in turn if (r["reply"] or {}).get("tool")]
+        assert calls == ["handoff"], calls
+        assert "MOCK: add 2 and 3" in turn[-1]["tool_result"]
+    finally:
+        delete_session(env, term)
+
+
+def test_a_tool_call_after_cao_server_was_killed_and_restarted_is_done_once(env: Env):
+    inbox = create(env, "mock_inbox")
+    term = create(env)  # ready: Codex has listed cao's tools
+
+    def report(marker: str) -> None:
+        env.cao.send(term["id"], f"please report {marker} to {inbox['id']}")
+        wait_until(lambda: reply_so_far(env, term["id"]) == f"Reported {marker}.", 60, message=f"{marker} reported")
+
+    try:
+        report("marker-87")
+        try:
+            env.cao.kill9()
+        finally:
+            env.cao.start()
+        env.cao.wait_status(term["id"], {"idle", "completed"}, timeout=30)  # adopted again
+        report("marker-88")
+        messages = env.cao.client.get(f"/terminals/{inbox['id']}/inbox/messages", params={"limit": 100}).json()
+        assert [m["message"].split("\n")[0] for m in messages] == ["marker-87", "marker-88"]  # each done once
+    finally:
+        delete_session(env, term)
+        delete_session(env, inbox)
+
+
+def test_the_credential_is_in_no_argv_and_no_file_and_its_config_goes_with_the_agent(env: Env):
+    term = create(env)
+    tid = term["id"]
+    script = env.cao.home / "tmp" / tid / "codex-launch.sh"
+    try:
+        env.cao.send(tid, "please print the marker")  # a shell command: Codex snapshots its shell
+        env.cao.wait_status(tid, "completed", timeout=60)
+        secret = agent_credential(env.cao, tid)
+        procs = processes_of(tid)
+        assert procs and all(p.environ().get("CAO_MCP_TOKEN") == secret for p in procs)  # it is in the env
+        assert argv_holding(secret, procs) == []
+        # HOME (with $CODEX_HOME/shell_snapshots), the work dir and the cao home.
+        assert files_holding(secret, env.work.parent) == []
+        argv = " ".join(next(p.cmdline() for p in procs if p.name() == "codex" and "-c" in p.cmdline()))
+        assert f'"url" = "{env.cao.url}/mcp"' in argv and '"X-CAO-Agent-Token" = "CAO_MCP_TOKEN"' in argv, argv
+        assert script.stat().st_mode & 0o777 == 0o700
+    finally:
+        delete_session(env, term)
+    wait_until(lambda: not script.parent.exists(), 20, message="the terminal's directory removed")
 
 
 # --- faults ---------------------------------------------------------------------------------------

@@ -18,7 +18,7 @@ from pathlib import Path
 import anyio
 import pytest
 from conftest import CaoServer, wait_until
-from mcp_support import call, mcp_session
+from mcp_support import agent_env, call, mcp_session
 
 # Autouse: without tmux every test here skips, or fails under CI (CAO_REQUIRE_REAL_CLIS).
 from real_cli_support import (
@@ -219,8 +219,7 @@ def test_a_worker_that_asks_is_reported_answered_and_its_reply_reaches_the_super
     assert cao.status(worker) == "waiting_user_answer" and not (work / "answer.txt").exists()
 
     async def answer_it() -> dict:
-        env_vars = {k: v for k, v in cao.env.items() if k != "CAO_TERMINAL_ID"} | {"CAO_TERMINAL_ID": sup}
-        async with mcp_session(env_vars) as session:
+        async with mcp_session(agent_env(cao, sup)) as session:
             return await call(session, "answer_user_prompt", terminal_id=worker, answer=answer)
 
     assert anyio.run(answer_it)["success"] is True

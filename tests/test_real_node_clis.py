@@ -1,6 +1,7 @@
 """Gemini CLI and Qwen Code end to end: the pinned real `gemini` (npm @google/gemini-cli) and
 `qwen` (npm @qwen-code/qwen-code) in cao's tmux, confined to a temporary home, talking to the
 scripted model, driven through cao-server's HTTP API and cao-mcp-server (official MCP client SDK).
+Both CLIs reach cao's tools on cao-server's own MCP endpoint (/mcp, streamable HTTP).
 
 Both CLIs come from one Node code base, so they share every scenario; a `NodeCli` row holds what
 differs, and test ids name the CLI (`test_shell_tool_turn[qwen_cli]`). One cao-server and one
@@ -11,7 +12,9 @@ trigger words, so the tests do not depend on each other.
 from __future__ import annotations
 
 import json
+import os
 import signal
+import stat
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -61,6 +64,26 @@ RULES = [
                 "args": {"agent_profile": "mockworker", "message": "summarise the plan"},
             },
             {"text": "Handoff finished."},
+        ],
+    },
+    {
+        "match": "hand off at once",
+        "steps": [
+            {
+                "tool": "mcp:cao-mcp-server:handoff",
+                "args": {"agent_profile": "mockworker", "message": "the first task"},
+            },
+            {"text": "First handoff finished."},
+        ],
+    },
+    {
+        "match": "assign (before|after) the restart",
+        "steps": [
+            {
+                "tool": "mcp:cao-mcp-server:assign",
+                "args": {"agent_profile": "mockworker", "message": "work {g1} the restart"},
+            },
+            {"text": "Assigned {g1} the restart."},
         ],
     },
 ]
@@ -398,6 +421,110 @@ def test_supervisor_hands_off_to_a_mock_worker(cli: NodeCli, cao: CaoServer, mod
     assert handed[0]["message"].startswith("Successfully handed off to mockworker (mock_cli)")
     assert cao.client.get(f"/terminals/{handed[0]['terminal_id']}").status_code == 404  # worker removed
     delete_and_check_nothing_left(cao, sup["id"])
+
+
+def tool_results(model: ScriptedModelServer, cli: NodeCli, prompt: str, marker: str) -> list[dict]:
+    """cao's JSON answers to the tool calls of the turn `prompt`, the ones that mention `marker`
+    (Gemini wraps a tool's output in <untrusted_context> tags)."""
+    results = [r["tool_result"] for r in model.requests(cli.binary) if prompt in r["user_text"]]
+    return [json.loads(r[r.index("{") : r.rindex("}") + 1]) for r in results if marker in r]
+
+
+def test_a_first_message_hands_off_on_the_first_try(cli: NodeCli, cao: CaoServer, model: ScriptedModelServer) -> None:
+    """The message an agent is created with reaches a CLI that has cao's tools already (it listed
+    them on /mcp as it started): the model's first call, a handoff, is offered and works."""
+    resp = cao.client.post(
+        "/sessions",
+        params={"agent_profile": DEV, "provider": cli.provider, "yolo": True, "working_directory": workdir(cao)},
+        json={"initial_message": "please hand off at once"},
+        timeout=START_S + 30,
+    )
+    assert resp.status_code == 201, resp.text
+    sup = resp.json()
+    cao.wait_status(sup["id"], "completed", timeout=START_S + TURN_S)
+    assert last_reply(cao, sup["id"]) == "First handoff finished."
+    asked = [r for r in model.requests(cli.binary) if "hand off at once" in r["user_text"] and not r["side"]]
+    assert asked and not [r for r in asked if "tool unavailable" in r["reply"]["source"]], asked
+    handed = tool_results(model, cli, "hand off at once", "MOCK: the first task")
+    assert len(handed) == 1 and handed[0]["success"] is True, handed
+    delete_and_check_nothing_left(cao, sup["id"])
+
+
+def test_after_a_kill_9_of_cao_server_the_agents_next_tool_call_works_once(
+    cli: NodeCli, cao: CaoServer, model: ScriptedModelServer
+) -> None:
+    """MCP over HTTP, stateless: the CLI holds no session that a restarted server would not know.
+    A tool call first: Gemini registers the tools it listed only once its whole MCP discovery is
+    done (prompts, tools, then resources); a server killed in between leaves it without them."""
+    term = start(cao, cli)
+
+    def assign(when: str) -> str:
+        expected = f"Assigned {when} the restart."
+        cao.send(term["id"], f"assign {when} the restart")
+        # The reply, not the status: after the restart it reads `completed` (the last turn) at once.
+        wait_until(
+            lambda: reply_or_empty(cao, term["id"]) == expected,
+            timeout=TURN_S,
+            interval=0.2,
+            message=f"the reply to the call {when} the restart",
+        )
+        cao.wait_status(term["id"], "completed", timeout=TURN_S)
+        answers = tool_results(model, cli, f"assign {when} the restart", '"success"')
+        assert len(answers) == 1 and answers[0]["success"] is True, answers
+        return answers[0]["terminal_id"]
+
+    before = assign("before")
+    cao.kill9()
+    cao.start()
+    cao.wait_status(term["id"], {"idle", "completed"}, timeout=TURN_S)  # adopted again, not an error
+    after = assign("after")
+    workers = [t["id"] for t in cao.client.get("/terminals").json() if t["agent_profile"] == "mockworker"]
+    assert sorted(workers) == sorted([before, after])  # each call was done once
+    delete_and_check_nothing_left(cao, term["id"])
+
+
+def runs_cli(proc: psutil.Process, cli: NodeCli) -> bool:
+    """`proc` is node running the CLI's script (not one of its short-lived children)."""
+    try:
+        argv = proc.cmdline()
+    except psutil.Error:
+        return False
+    return len(argv) > 1 and Path(argv[1]).name == cli.binary
+
+
+def files_holding(root: Path, secret: str) -> dict[Path, int]:
+    """Regular files under `root` (symlinks not followed) that contain `secret`, with their modes."""
+    found = {}
+    for directory, _, names in os.walk(root):
+        for name in names:
+            path = Path(directory) / name
+            try:
+                info = path.lstat()
+                held = stat.S_ISREG(info.st_mode) and info.st_size < 4_000_000 and secret.encode() in path.read_bytes()
+            except OSError:  # gone meanwhile (a CLI's temporary file)
+                continue
+            if held:
+                found[path] = stat.S_IMODE(info.st_mode)
+    return found
+
+
+def test_the_credential_is_in_no_argv_and_no_file_outlives_the_agent(cli: NodeCli, cao: CaoServer) -> None:
+    term = start(cao, cli)  # idle: its CLI has listed cao's tools, with the credential
+    secret = mcp_env(cao, term["id"])["CAO_MCP_TOKEN"]
+    clis = [p for p in agent_processes(term["id"]) if runs_cli(p, cli)]
+    assert clis and all(p.environ().get("CAO_MCP_TOKEN") == secret for p in clis), clis  # where it belongs
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            argv = Path(f"/proc/{pid}/cmdline").read_bytes()
+        except OSError:
+            continue
+        assert secret.encode() not in argv, pid
+    root = cao.home.parent  # the cao home, the CLI's home and TMPDIR, the working directory
+    holding = files_holding(root, secret)
+    own = cao.home / "tmp" / term["id"]
+    assert all(mode == 0o600 and own in path.parents for path, mode in holding.items()), holding
+    delete_and_check_nothing_left(cao, term["id"])
+    assert files_holding(root, secret) == {}
 
 
 def test_a_worker_of_a_mock_supervisor_reports_back(cli: NodeCli, cao: CaoServer) -> None:

@@ -6,6 +6,9 @@ defines the model provider and `~/.local/share/opencode/auth.json` holds its key
 `opencode auth login` leaves them. cao's per-terminal settings are merged over them
 and both files must come out unchanged.
 
+opencode reaches cao's tools over HTTP (cao-server's /mcp, the agent's credential taken from
+its environment by `{env:CAO_MCP_TOKEN}` in the config) and lists them as it starts.
+
 opencode takes 5-10 s to start and ~700 MB per process: every test starts one agent
 and the module shares one cao-server and one model server.
 """
@@ -15,10 +18,13 @@ from __future__ import annotations
 import json
 import os
 import signal
+import stat
 import sys
+import threading
 from collections.abc import Iterator
 from pathlib import Path
 
+import httpx
 import psutil
 import pytest
 from conftest import CaoServer, wait_until
@@ -187,6 +193,63 @@ def tool_results(model: ScriptedModelServer) -> list[str]:
     return [r["tool_result"].strip() for r in model.requests(SCRIPT) if r.get("tool_result")]
 
 
+def offered_tools(request: dict) -> set[str]:
+    """The tool names opencode offered the model in one request (Chat Completions)."""
+    return {(t.get("function") or {}).get("name") for t in request["body"].get("tools") or []}
+
+
+class Follow:
+    """cao-server's events whose topic matches `pattern` (GET /events, Server-Sent Events), in
+    the order the bus published them, collected on a thread from the moment the stream is open
+    until the block ends; with `types`, only events of those types are kept."""
+
+    def __init__(self, cao: CaoServer, pattern: str, types: set[str] | None = None):
+        self.url, self.pattern, self.types = cao.url + "/events", pattern, types
+        self.events: list[dict] = []
+        self._open = threading.Event()
+        self._client = httpx.Client(timeout=httpx.Timeout(10, read=None))
+
+    def __enter__(self) -> Follow:
+        threading.Thread(target=self._read, daemon=True).start()
+        assert self._open.wait(10), f"GET /events?pattern={self.pattern} did not open"
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._client.close()
+
+    def _read(self) -> None:
+        try:
+            with self._client.stream("GET", self.url, params={"pattern": self.pattern}) as resp:
+                kind = ""
+                for line in resp.iter_lines():
+                    if line.startswith(": connected"):
+                        self._open.set()
+                    elif line.startswith("event: "):
+                        kind = line[len("event: ") :]
+                    elif line.startswith("data: ") and (self.types is None or kind in self.types):
+                        self.events.append(json.loads(line[len("data: ") :]))
+        except (httpx.HTTPError, RuntimeError, ValueError):
+            pass  # closed by __exit__, or the server went away
+
+    def of(self, terminal_id: str, key: str = "terminal_id") -> list[dict]:
+        return [e for e in self.events if e.get(key) == terminal_id]
+
+
+def files_holding(text: str, *roots: Path) -> list[Path]:
+    """Regular files under `roots` whose bytes contain `text` (FIFOs and sockets are skipped)."""
+    needle, found = text.encode(), []
+    for root in roots:
+        for folder, _dirs, names in os.walk(root):
+            for name in names:
+                path = Path(folder) / name
+                try:
+                    if stat.S_ISREG(path.lstat().st_mode) and needle in path.read_bytes():
+                        found.append(path)
+                except OSError:
+                    continue  # removed meanwhile
+    return found
+
+
 # --- tests --------------------------------------------------------------------------
 def test_text_shell_and_error_turns_then_delete_leaves_no_process(oc: CaoServer, model: ScriptedModelServer):
     term = create(oc, "oc_dev", yolo="true")
@@ -232,7 +295,8 @@ async def test_permission_prompt_waits_then_mcp_answer_lets_it_run_and_a_killed_
         await session.initialize()
         result = await session.call_tool("answer_user_prompt", {"terminal_id": tid, "answer": "yes"})
     assert result.structured_content and result.structured_content["success"] is True, result
-    assert oc.wait_status(tid, {"completed", "error", "waiting_user_answer"}, TURN_S) == "completed"
+    # The dialog's status lasts until opencode reports the reply (its plugin's permission.replied).
+    assert oc.wait_status(tid, {"completed", "error"}, TURN_S) == "completed"
     assert last_reply(oc, tid) == "The shell said: shell-ran-42"
     assert tool_results(model).count("shell-ran-42") == runs + 1
 
@@ -260,6 +324,80 @@ def test_opencode_supervisor_hands_off_to_a_mock_worker(oc: CaoServer):
     wait_until(lambda: not agent_processes(sup), timeout=30, message="opencode to exit")
     wait_until(lambda: not (oc.home / "tmp" / sup).exists(), timeout=10, message="the terminal's files to go")
     delete_and_check_nothing_left(oc, sup)
+
+
+def test_a_supervisor_whose_first_message_is_a_handoff_hands_off_on_the_first_try(
+    oc: CaoServer, model: ScriptedModelServer
+):
+    """opencode lists cao's tools on /mcp as it starts; cao reports the agent ready, and delivers
+    its first message, only once it has: the first request the model sees offers the handoff
+    tool, and the call works."""
+    model.clear_requests(SCRIPT)
+    kinds = {"McpListed", "StatusChanged"}
+    with Follow(oc, "terminal.*.*", kinds) as terminal, Follow(oc, "handoff.*.started") as handoffs:
+        resp = oc.client.post(
+            "/sessions",
+            params={"agent_profile": "oc_sup"},
+            json={"initial_message": "please delegate to the mock"},
+            timeout=120,
+        )
+        assert resp.status_code == 201, resp.text
+        sup = resp.json()["id"]
+        assert oc.wait_status(sup, {"completed", "error", "waiting_user_answer"}, 2 * TURN_S) == "completed"
+        assert [e["caller_id"] for e in handoffs.events] == [sup]  # one handoff, from the supervisor
+    seen = [e["type"] if e["type"] == "McpListed" else e["status"] for e in terminal.of(sup)]
+    assert "McpListed" in seen, f"opencode never listed cao's tools on /mcp: {seen}"
+    assert "idle" not in seen[: seen.index("McpListed")], f"ready before it had cao's tools: {seen}"
+    first = next(r for r in model.requests(SCRIPT) if not r["side"])
+    assert "delegate to the mock" in first["user_text"]
+    assert "cao-mcp-server_handoff" in offered_tools(first), sorted(offered_tools(first))
+    [result] = tool_results(model)
+    assert json.loads(result)["success"] is True and "MOCK: ping from opencode" in result
+    reply = last_reply(oc, sup)
+    assert reply.startswith("Worker answered:") and "MOCK: ping from opencode" in reply, reply
+    delete_and_check_nothing_left(oc, sup)
+
+
+def test_cao_server_killed_and_restarted_mid_session_the_next_tool_call_runs_once(
+    oc: CaoServer, model: ScriptedModelServer
+):
+    """/mcp is stateless: no MCP session lives in the server, so a kill -9 and a restart cost the
+    running opencode nothing; its next call reaches the new server and runs exactly once."""
+    sup = create(oc, "oc_sup")["id"]  # 201 only once opencode has listed cao's tools
+    oc.kill9()
+    oc.start()
+    assert oc.wait_status(sup, {"idle", "completed"}, 30)
+    model.clear_requests(SCRIPT)
+    with Follow(oc, "handoff.*.started") as handoffs:
+        oc.send(sup, "please delegate to the mock")
+        assert oc.wait_status(sup, {"completed", "error", "waiting_user_answer"}, TURN_S) == "completed"
+        assert [e["caller_id"] for e in handoffs.events] == [sup]
+    [result] = tool_results(model)
+    assert json.loads(result)["success"] is True and "MOCK: ping from opencode" in result
+    assert "MOCK: ping from opencode" in last_reply(oc, sup)
+    delete_and_check_nothing_left(oc, sup)
+
+
+def test_the_agents_credential_is_in_no_argv_no_file_and_no_answer(oc: CaoServer):
+    """The credential reaches opencode only through its environment: its config names the
+    variable, so no file (cao's, the user's, opencode's own logs) and no command line holds it."""
+    sup = create(oc, "oc_sup")["id"]
+    opencode = [p for p in agent_processes(sup) if p.name().startswith("opencode")]
+    assert opencode, [p.name() for p in agent_processes(sup)]
+    credential = opencode[0].environ()["CAO_MCP_TOKEN"]
+    assert credential.startswith(f"{sup}.")
+    for proc in agent_processes(sup):
+        assert credential not in "\0".join(proc.cmdline()), proc.cmdline()
+    own = oc.home / "tmp" / sup
+    config = own / "opencode.json"
+    assert json.loads(config.read_text())["mcp"]["cao-mcp-server"]["headers"] == {
+        "X-CAO-Agent-Token": "{env:CAO_MCP_TOKEN}"
+    }
+    assert stat.S_IMODE(config.stat().st_mode) == 0o600 and stat.S_IMODE(own.stat().st_mode) == 0o700
+    assert files_holding(credential, oc.home, Path(oc.env["HOME"]), Path(oc.env["TMPDIR"])) == []
+    for path in ("/terminals", f"/terminals/{sup}", f"/terminals/{sup}/output"):
+        assert credential not in oc.client.get(path).text, path
+    delete_and_check_nothing_left(oc, sup)  # the terminal's directory goes with it
 
 
 def test_opencode_worker_of_a_mock_supervisor(oc: CaoServer):

@@ -104,6 +104,9 @@ def test_hooks(event: str, payload: dict, status: str | None) -> None:
         assert reading is not None and reading.reason == "API Error: 500 boom"
 
 
+CREDENTIAL = "abcd1234." + "m" * 43  # the shape agent_credentials gives
+
+
 def _ctx(tmp_path: Path, **kw) -> LaunchContext:
     base = dict(
         terminal_id="abcd1234",
@@ -111,6 +114,8 @@ def _ctx(tmp_path: Path, **kw) -> LaunchContext:
         system_prompt="Be brief.\nAlways.",
         working_directory=str(tmp_path),
         home_dir=tmp_path / "cao",
+        mcp_url="http://127.0.0.1:9889/mcp",
+        mcp_token=CREDENTIAL,
     )
     return LaunchContext(**{**base, **kw})
 
@@ -138,7 +143,18 @@ def test_launch_puts_everything_in_the_terminal_dir(tmp_path: Path) -> None:
     assert set(settings["hooks"]) == {"SessionStart", "UserPromptSubmit", "Stop", "StopFailure"}
     assert settings["hooks"]["Stop"][0]["hooks"][0]["command"].endswith(f"bash {tdir / 'cao-hook.sh'} Stop")
     assert mcp["other"] == {"command": "x"}
-    assert mcp["cao-mcp-server"]["env"]["CAO_TERMINAL_ID"] == "abcd1234"
+    # cao's own server is cao-server's /mcp; the credential travels as a header that names the
+    # pane's CAO_MCP_TOKEN (Claude expands it): it is in neither the file nor argv.
+    assert mcp["cao-mcp-server"] == {
+        "type": "http",
+        "url": "http://127.0.0.1:9889/mcp",
+        "headers": {"Authorization": "Bearer ${CAO_MCP_TOKEN}"},
+        "alwaysLoad": True,
+    }
+    assert not any(CREDENTIAL in arg for arg in argv)
+    assert not [f.name for f in tdir.iterdir() if f.is_file() and CREDENTIAL in f.read_text()]
+    assert all(f.stat().st_mode & 0o777 == 0o600 for f in tdir.iterdir())
+    assert claude_code.PROVIDER.mcp == "http" and claude_code.PROVIDER.lists_tools_at_start
     assert launch.env["CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC"] == "1" and launch.env["DISABLE_AUTOUPDATER"] == "1"
     assert "ANTHROPIC_AUTH_TOKEN" not in launch.env and "HOME" not in launch.env
 

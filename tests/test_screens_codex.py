@@ -122,10 +122,14 @@ def test_hooks_map_to_statuses():
     assert codex.status_from_hook("PermissionRequest", {}) is None
 
 
+CREDENTIAL = "abcd1234." + "m" * 43  # the shape agent_credentials gives
+
+
 def test_launch_passes_settings_as_overrides_and_never_writes_codex_home(tmp_path):
     (tmp_path / "codex-home").mkdir()
     user_config = (
         '[projects."/elsewhere"]\ntrust_level = "trusted"\n'
+        '[shell_environment_policy]\nexclude = ["MY_SECRET"]\n'
         '[hooks]\nStop = [{hooks = [{type = "command", command = "mine"}]}]\n'
     )
     (tmp_path / "codex-home" / "config.toml").write_text(user_config)
@@ -138,6 +142,8 @@ def test_launch_passes_settings_as_overrides_and_never_writes_codex_home(tmp_pat
         home_dir=tmp_path / "cao",
         model="fake-model",
         environ={"CODEX_HOME": str(tmp_path / "codex-home"), "OPENAI_BASE_URL": "http://127.0.0.1:1/v1"},
+        mcp_url="http://127.0.0.1:9889/mcp",
+        mcp_token=CREDENTIAL,
     )
     launch = codex.build_launch(ctx)
     assert launch.argv[0] == "/bin/sh" and len(" ".join(launch.argv)) < 1000
@@ -157,6 +163,16 @@ def test_launch_passes_settings_as_overrides_and_never_writes_codex_home(tmp_pat
     ):
         assert part in script, part
     assert "--dangerously-bypass-approvals-and-sandbox" not in script
+    # cao's own server is cao-server's /mcp over HTTP: Codex reads the header's value from the
+    # variable the entry names, so the credential is in neither argv nor the launch script; and
+    # the shell Codex snapshots to $CODEX_HOME does not get it (the user's exclusions stay).
+    settings = dict(codex.overrides(ctx))
+    server = settings["mcp_servers.cao-mcp-server"]
+    assert server["url"] == "http://127.0.0.1:9889/mcp" and "command" not in server
+    assert server["env_http_headers"] == {"X-CAO-Agent-Token": "CAO_MCP_TOKEN"} and server["required"] is True
+    assert settings["shell_environment_policy.exclude"] == ["MY_SECRET", "CAO_MCP_TOKEN"]
+    assert CREDENTIAL not in script and not any(CREDENTIAL in arg for arg in launch.argv)
+    assert codex.PROVIDER.mcp == "http" and codex.PROVIDER.lists_tools_at_start
     assert (tmp_path / "codex-home" / "config.toml").read_text() == user_config
     assert list((tmp_path / "codex-home").iterdir()) == [tmp_path / "codex-home" / "config.toml"]
     yolo = codex.build_launch(

@@ -93,6 +93,16 @@ def test_a_start_up_notice_before_any_prompt_is_not_a_failed_turn() -> None:
     assert read_status(Screen(rows)).status == TerminalStatus.IDLE
 
 
+def test_an_mcp_connection_notice_after_the_answer_is_not_a_failed_turn() -> None:
+    """Gemini prints it when a restarted cao-server cuts the stream its MCP client keeps open."""
+    composer = ["", "─" * 80, " >   Type your message or @path/to/file"]
+    rows = [" > assign it", "✦ Assigned.", "✕ MCP ERROR (cao-mcp-server)", *composer]
+    assert read_status(Screen(rows)).status == TerminalStatus.COMPLETED
+    assert extract_reply(rows) == "Assigned."
+    failed = [" > assign it", "✕ [API Error: quota exceeded]", "✕ MCP ERROR (cao-mcp-server)", *composer]
+    assert read_status(Screen(failed)) == StatusReading(TerminalStatus.ERROR, "[API Error: quota exceeded]")
+
+
 def test_no_composer_and_no_dialog_is_still_starting() -> None:
     assert read_status(Screen(["", " Gemini CLI v0.61.0", ""])).status == TerminalStatus.UNKNOWN
 
@@ -134,6 +144,44 @@ def test_the_launch_keeps_the_status_title_on_and_adds_no_hooks(tmp_path) -> Non
     settings = json.loads((Path(launch.env["GEMINI_CLI_HOME"]) / ".gemini" / "settings.json").read_text())
     assert settings["ui"]["hideWindowTitle"] is False and settings["ui"]["dynamicWindowTitle"] is True
     assert "hooks" not in settings
+
+
+def test_cao_s_tools_come_from_its_endpoint_with_the_credential_only_by_reference(tmp_path) -> None:
+    """Gemini reaches /mcp itself (`httpUrl`) and expands `${VAR}` in its settings from its own
+    environment: the header names CAO_MCP_TOKEN, so no file and no argument holds the credential."""
+    import json
+
+    from cli_agent_orchestrator.providers.base import LaunchContext
+
+    secret = "0123abcd.the-credential"
+    home = tmp_path / "home"
+    (home / ".gemini").mkdir(parents=True)
+    stale = {"cao-mcp-server": {"command": "cao-mcp-server", "env": {"CAO_TERMINAL_ID": "feedf00d"}}}
+    (home / ".gemini" / "settings.json").write_text(json.dumps({"mcp": {"allowed": ["docs"]}, "mcpServers": stale}))
+    ctx = LaunchContext(
+        "0123abcd",
+        "dev",
+        "",
+        str(tmp_path),
+        tmp_path / "cao",
+        allowed_tools=["fs_read", "@cao-mcp-server"],
+        mcp_url="http://127.0.0.1:9889/mcp",
+        mcp_token=secret,
+        profile_extra={"mcpServers": {"docs": {"command": "docs-mcp"}, "cao-mcp-server": {"command": "old"}}},
+        environ={"GEMINI_CLI_HOME": str(home)},
+    )
+    launch = gemini_cli.build_launch(ctx)
+    path = Path(launch.env["GEMINI_CLI_HOME"]) / ".gemini" / "settings.json"
+    settings = json.loads(path.read_text())
+    assert settings["mcpServers"]["cao-mcp-server"] == {  # whole: the user's stale entry lends it nothing
+        "httpUrl": "http://127.0.0.1:9889/mcp",
+        "headers": {"X-CAO-Agent-Token": "${CAO_MCP_TOKEN}"},
+        "trust": True,
+    }
+    assert settings["mcp"] == {"allowed": ["docs", "cao-mcp-server"], "excluded": ["docs"]}  # outside the tool set
+    assert path.stat().st_mode & 0o777 == 0o600
+    assert secret not in json.dumps([launch.argv, launch.env])
+    assert not [f for f in (tmp_path / "cao").rglob("*") if f.is_file() and secret in f.read_text()]
 
 
 def test_dialogs_are_answered_with_menu_keys() -> None:

@@ -15,6 +15,7 @@ import pytest
 from screen_fixtures import ScreenFixtures
 
 from cli_agent_orchestrator import tool_policy
+from cli_agent_orchestrator.errors import InvalidInput
 from cli_agent_orchestrator.profiles import load_profile
 from cli_agent_orchestrator.providers import kiro_agent
 from cli_agent_orchestrator.providers import kiro_cli as kiro
@@ -126,7 +127,29 @@ def test_launch_names_the_agent_cao_install_writes_with_the_same_tool_set(tmp_pa
     assert document["tools"] == kiro.agent_tools(tools.tools)["tools"]
     cao = document["mcpServers"]["cao-mcp-server"]
     assert (cao["command"], cao["timeout"]) == ("/opt/cao/bin/cao-mcp-server", kiro_agent.CAO_MCP_TIMEOUT_MS)
+    # One file for every terminal of the profile: the relay takes the agent's endpoint and
+    # credential from the environment Kiro gives it, so the file names neither.
+    assert not {"env", "url", "headers"} & set(cao), cao
     assert tool_policy.ENFORCEMENT["kiro_cli"] == "hard"
+
+
+def test_kiro_reaches_cao_tools_through_the_relay_listed_at_start():
+    assert (kiro.PROVIDER.mcp, kiro.PROVIDER.lists_tools_at_start) == ("stdio", True)
+
+
+@pytest.mark.parametrize("name", kiro_agent.PER_TERMINAL_ENV)
+def test_a_profile_that_pins_a_per_terminal_variable_for_cao_mcp_server_is_refused(tmp_path: Path, name: str):
+    store = tmp_path / "agent-store"
+    store.mkdir()
+    (store / "pinned.md").write_text(
+        f"---\nname: pinned\nmcpServers:\n  cao-mcp-server:\n    command: cao-mcp-server\n"
+        f"    env: {{{name}: '${{{name}}}', KEEP: '1'}}\n---\nx\n",
+        encoding="utf-8",
+    )
+    loaded = load_profile(tmp_path, "pinned")
+    tools = tool_policy.resolve_tools(tmp_path, loaded.name, loaded.allowed_tools, loaded.role, loaded.mcp_servers)
+    with pytest.raises(InvalidInput, match=f"env sets {name}; cao gives each agent its own"):
+        kiro_agent.agent_document(loaded, tools.tools, ["/opt/cao/bin/cao-mcp-server"])
 
 
 # --- the flag probe (contract §11) ---------------------------------------------------------------

@@ -91,6 +91,9 @@ def test_unknown_events_are_ignored():
 
 
 # --- launch -------------------------------------------------------------------------------
+CREDENTIAL = "0123abcd." + "x" * 43  # the shape agent_credentials gives
+
+
 def context(tmp_path: Path, **kw) -> LaunchContext:
     values = dict(
         terminal_id="0123abcd",
@@ -99,6 +102,8 @@ def context(tmp_path: Path, **kw) -> LaunchContext:
         working_directory=str(tmp_path),
         home_dir=tmp_path / "cao",
         mcp_server_argv=["/bin/cao-mcp"],
+        mcp_url="http://127.0.0.1:9889/mcp",
+        mcp_token=CREDENTIAL,
     )
     values.update(kw)
     return LaunchContext(**values)
@@ -123,8 +128,18 @@ def test_launch_defines_agent_mcp_plugin_and_a_cleaning_script(tmp_path: Path):
         "prompt": "Be brief.",
         "model": "scripted/fake-model",
     }
-    server = data["mcp"]["cao-mcp-server"]
-    assert server["command"] == ["/bin/cao-mcp"] and server["environment"]["CAO_TERMINAL_ID"] == "0123abcd"
+    # cao's endpoint over HTTP, the credential by reference to the pane's environment: opencode
+    # fills in `{env:...}` as it reads the file, so the file never holds it.
+    assert data["mcp"]["cao-mcp-server"] == {
+        "type": "remote",
+        "url": "http://127.0.0.1:9889/mcp",
+        "headers": {"X-CAO-Agent-Token": "{env:CAO_MCP_TOKEN}"},
+        "oauth": False,
+        "enabled": True,
+        "timeout": oc.MCP_CALL_TIMEOUT_MS,
+    }
+    assert CREDENTIAL not in (own / "opencode.json").read_text()
+    assert oc.PROVIDER.mcp == "http" and oc.PROVIDER.lists_tools_at_start
     assert data["plugin"] == [(own / "opencode_status.js").as_uri()]
     assert "CaoStatus" in (own / "opencode_status.js").read_text()
     assert (own / "opencode.json").stat().st_mode & 0o077 == 0
@@ -160,7 +175,8 @@ def test_other_profile_mcp_servers_are_carried_over(tmp_path: Path):
     mcp = settings(tmp_path, profile_extra=extra)["mcp"]
     assert mcp["docs"] == {"type": "local", "command": ["docs-mcp", "--stdio"], "environment": {"TOKEN": "t"}}
     assert mcp["web"]["type"] == "remote"
-    assert mcp["cao-mcp-server"]["command"] == ["/bin/cao-mcp"]
+    assert mcp["cao-mcp-server"]["url"] == "http://127.0.0.1:9889/mcp"  # the profile's own entry is not used
+    assert "command" not in mcp["cao-mcp-server"]
 
 
 def test_a_users_own_opencode_config_variable_is_kept_and_ours_goes_inline(tmp_path: Path):
@@ -168,6 +184,7 @@ def test_a_users_own_opencode_config_variable_is_kept_and_ours_goes_inline(tmp_p
     assert "OPENCODE_CONFIG" not in launch.env  # the user's variable reaches opencode unchanged
     ours = json.loads(launch.env["OPENCODE_CONFIG_CONTENT"])
     assert ours["agent"]["cao-dev"]["prompt"] == "Be brief."
+    assert CREDENTIAL not in launch.env["OPENCODE_CONFIG_CONTENT"]
 
 
 # --- the plugin, under Node ----------------------------------------------------------------

@@ -7,11 +7,15 @@ upgrade, re-record and run this file to see at once which reading broke.
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
+
 import pytest
 from screen_fixtures import ScreenFixtures
 
 from cli_agent_orchestrator.models import TerminalStatus
-from cli_agent_orchestrator.providers.base import Screen, StatusReading
+from cli_agent_orchestrator.providers import qwen_cli
+from cli_agent_orchestrator.providers.base import LaunchContext, Screen, StatusReading
 from cli_agent_orchestrator.providers.qwen_cli import dialog_keys, extract_reply, read_status, status_from_hook
 
 SCREENS = ScreenFixtures("qwen_cli")
@@ -122,3 +126,35 @@ def test_dialogs_are_answered_with_menu_keys() -> None:
         assert dialog_keys(dialog, " 2 ") == ["2"]
         # The menu ignores words and Enter would confirm option 1: anything else declines.
         assert dialog_keys(dialog, "no, do not run it") == ["Escape"]
+
+
+def test_cao_s_tools_come_from_its_endpoint_with_the_credential_only_by_reference(tmp_path) -> None:
+    """Qwen reaches /mcp itself (`httpUrl`) and expands `${VAR}` in its settings from its own
+    environment: the header names CAO_MCP_TOKEN, so no file and no argument holds the credential."""
+    secret = "0123abcd.the-credential"
+    system = tmp_path / "system.json"  # the admin's, with a stale stdio entry of cao's name
+    system.write_text(json.dumps({"mcpServers": {"cao-mcp-server": {"command": "cao-mcp-server", "cwd": "/"}}}))
+    ctx = LaunchContext(
+        "0123abcd",
+        "dev",
+        "",
+        str(tmp_path),
+        tmp_path / "cao",
+        allowed_tools=["fs_read", "@cao-mcp-server"],
+        mcp_url="http://127.0.0.1:9889/mcp",
+        mcp_token=secret,
+        profile_extra={"mcpServers": {"docs": {"command": "docs-mcp"}, "cao-mcp-server": {"command": "old"}}},
+        environ={"QWEN_CODE_SYSTEM_SETTINGS_PATH": str(system)},
+    )
+    launch = qwen_cli.build_launch(ctx)
+    path = Path(launch.env["QWEN_CODE_SYSTEM_SETTINGS_PATH"])
+    settings = json.loads(path.read_text())
+    assert settings["mcpServers"]["cao-mcp-server"] == {  # whole: the stale entry lends it nothing
+        "httpUrl": "http://127.0.0.1:9889/mcp",
+        "headers": {"X-CAO-Agent-Token": "${CAO_MCP_TOKEN}"},
+        "trust": True,
+    }
+    assert settings["mcp"] == {"excluded": ["docs"]}  # outside the tool set
+    assert path.stat().st_mode & 0o777 == 0o600
+    assert secret not in json.dumps([launch.argv, launch.env])
+    assert not [f for f in (tmp_path / "cao").rglob("*") if f.is_file() and secret in f.read_text()]

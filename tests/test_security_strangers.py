@@ -23,7 +23,7 @@ from typing import Any
 import pytest
 import stranger_support
 from conftest import REPO, CaoServer, wait_until
-from mcp_support import call, mcp_session
+from mcp_support import agent_env, call, mcp_session
 from stranger_support import Stranger
 
 from cli_agent_orchestrator.api.auth import OwnerOrToken
@@ -229,7 +229,7 @@ async def test_the_owners_clients_work_without_help_while_a_stranger_is_refused(
     assert listed.returncode == 0, listed.stderr
     assert {s["name"] for s in json.loads(listed.stdout)} == {first["session_name"], second["session_name"]}
     # cao-mcp-server, through the official MCP client SDK.
-    async with mcp_session({**env, "CAO_TERMINAL_ID": first["id"]}) as session:
+    async with mcp_session(agent_env(cao, first["id"])) as session:
         sent = await call(session, "send_message", message="hello from the owner", receiver_id=second["id"])
     assert sent["success"] is True, sent
     # cao-hook.
@@ -294,7 +294,7 @@ async def test_a_non_loopback_bind_needs_the_token_which_every_client_sends(
     )
     assert by_env.returncode == 0, by_env.stderr
 
-    async with mcp_session({**env, "CAO_TERMINAL_ID": first["id"]}) as session:
+    async with mcp_session(agent_env(cao, first["id"])) as session:
         sent = await call(session, "send_message", message="over the wire", receiver_id=second["id"])
     assert sent["success"] is True, sent
 

@@ -5,6 +5,7 @@ scripts whose steps are mock agents in tmux.
 
 from __future__ import annotations
 
+import json
 import shutil
 from typing import Any
 
@@ -12,8 +13,8 @@ import httpx
 import pytest
 from conftest import CaoServer
 from mcp.client.session import ClientSession
+from mcp_support import agent_env, mcp_session
 from mcp_support import call as call_tool
-from mcp_support import mcp_session
 
 pytestmark = [pytest.mark.anyio, pytest.mark.skipif(shutil.which("tmux") is None, reason="tmux not installed")]
 
@@ -56,10 +57,17 @@ def anyio_backend() -> str:
     return "asyncio"
 
 
-def mcp_env(cao: CaoServer, **extra: str) -> dict[str, str]:
-    # The test may itself run inside a cao terminal or a workflow step: never leak that identity.
-    leaked = {"CAO_TERMINAL_ID", "CAO_WORKFLOW_RUN_ID", "CAO_WORKFLOW_STEP_ID", "CAO_WORKFLOW_GENERATION"}
-    return {**{k: v for k, v in cao.env.items() if k not in leaked}, **extra}
+def mcp_env(cao: CaoServer, terminal_id: str | None = None) -> dict[str, str]:
+    return agent_env(cao, terminal_id)
+
+
+def as_step_agent(cao: CaoServer, run_id: str, step_id: str) -> str:
+    """A live agent the server records as a workflow step's (as run-step records the agents it
+    starts for a step): whose `workflow_return` is about that step."""
+    term = cao.create_session()
+    step = json.dumps({"CAO_WORKFLOW_RUN_ID": run_id, "CAO_WORKFLOW_STEP_ID": step_id})
+    assert cao.sql("UPDATE terminals SET workflow_step = :step WHERE id = :id", step=step, id=term["id"]) == [1]
+    return term["id"]
 
 
 async def call(session: ClientSession, tool: str, **arguments: Any) -> dict[str, Any]:
@@ -216,7 +224,12 @@ async def test_workflow_return_records_the_step_output(cao: CaoServer) -> None:
         outside = await call(session, "workflow_return", output={"verdict": "ok"})
         assert outside == {"ok": False, "error": NOT_IN_STEP}
 
-    step_env = mcp_env(cao, CAO_WORKFLOW_RUN_ID="mcp-ret", CAO_WORKFLOW_STEP_ID="call-1")
+    # A claim in the client's environment is not an identity: only what the server recorded is.
+    claimed = mcp_env(cao) | {"CAO_WORKFLOW_RUN_ID": "mcp-ret", "CAO_WORKFLOW_STEP_ID": "call-1"}
+    async with mcp_session(claimed) as session:
+        assert await call(session, "workflow_return", output={"verdict": "ok"}) == {"ok": False, "error": NOT_IN_STEP}
+
+    step_env = mcp_env(cao, as_step_agent(cao, "mcp-ret", "call-1"))
     async with mcp_session(step_env) as session:
         returned = await call(session, "workflow_return", output={"verdict": "ok", "issues": 2})
         assert returned == {"ok": True, "validated": True, "errors": []}
@@ -231,7 +244,7 @@ async def test_workflow_return_records_the_step_output(cao: CaoServer) -> None:
         step = cao.client.get("/workflows/runs/mcp-ret").json()["steps"][0]
         assert step["output_json"] == {"verdict": "fine", "summary": "s"}
 
-    wrong_step = mcp_env(cao, CAO_WORKFLOW_RUN_ID="mcp-ret", CAO_WORKFLOW_STEP_ID="call-9")
+    wrong_step = mcp_env(cao, as_step_agent(cao, "mcp-ret", "call-9"))
     async with mcp_session(wrong_step) as session:
         unknown = await call(session, "workflow_return", output={"verdict": "ok"})
         assert unknown == {"ok": False, "error": "run 'mcp-ret' has no step 'call-9'"}

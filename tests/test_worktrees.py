@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 from conftest import CaoServer
-from mcp_support import call, mcp_session
+from mcp_support import agent_env, call, mcp_session
 
 from cli_agent_orchestrator.errors import InvalidInput
 from cli_agent_orchestrator.services.worktrees import Worktrees
@@ -111,8 +111,7 @@ def worktree_dirs(cao: CaoServer) -> set[str]:
 
 
 def mcp_env(cao: CaoServer, terminal_id: str) -> dict[str, str]:
-    env = {k: v for k, v in cao.env.items() if k != "CAO_TERMINAL_ID"}
-    return env | {"CAO_TERMINAL_ID": terminal_id}
+    return agent_env(cao, terminal_id)
 
 
 def same_path(a: str, b: str | Path) -> bool:

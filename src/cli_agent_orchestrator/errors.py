@@ -1,5 +1,27 @@
-"""cao's own exception tree. Foreign exceptions stop at the adapters; the API maps
-these to HTTP codes in one place (api/errors.py)."""
+"""cao's own exception tree. Foreign exceptions stop at the adapters; the API maps these to
+HTTP codes in one place (api/errors.py), each class by its `http_status`:
+
+    CaoError (500)
+    ├── InvalidInput (400)                 bad input: a one-line reason
+    ├── Unauthorized (401)                 a credential that does not admit
+    ├── Forbidden (403)
+    ├── NotFound (404)
+    ├── Conflict (409)                     with the current state
+    │   ├── AgentExited                    input for an agent whose process has ended
+    │   └── WorkflowConflict               {message, kind, ...}: stale generation, halts, divergence
+    ├── Unprocessable (422)                well-formed, refused as a whole
+    ├── NotBuilt (501)                     reserved in the grammar, not built yet
+    ├── WorkerError (502)                  an agent reached `error` while we waited
+    │   └── WorkerAsks                     ... or stopped at a question (kept for its caller)
+    ├── StoreFault (503)                   the database cannot serve now; nothing was changed
+    │   ├── StoreBusy                      locked by another process past the retry bound
+    │   └── StoreUnavailable               failing (disk full, read-only, PostgreSQL down)
+    ├── Stopping (503)                     cao-server is stopping
+    ├── BackendError (500)                 tmux failed
+    │   ├── BackendNotAnswering (503)      tmux did not answer in time
+    │   └── HostUnreachable (503)          an agent's host cannot be reached now
+    └── WaitTimeout (504)                  an agent did not finish in time
+"""
 
 from __future__ import annotations
 

@@ -120,6 +120,20 @@ class ComposerChanged(Event):
 
 
 @dataclass(frozen=True)
+class McpListed(Event):
+    """The agent's CLI listed one of cao's MCP catalogues on cao's endpoint (`method`: tools/list,
+    prompts/list, ...), and has the answer: once it has listed what its CLI lists at start, an
+    agent whose profile gives it cao's tools becomes ready (mcp_server/endpoint.py)."""
+
+    terminal_id: str
+    method: str = "tools/list"
+
+    @property
+    def topic(self) -> str:
+        return f"terminal.{self.terminal_id}.mcp"
+
+
+@dataclass(frozen=True)
 class TerminalResized(Event):
     """The pane changed size (a human attached with another terminal size)."""
 

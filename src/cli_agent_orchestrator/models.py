@@ -80,6 +80,8 @@ class Terminal:
     last_active: str = ""
     worktree: Worktree | None = None  # its own git worktree (use_worktree), if any
     host: str | None = None  # the registered host it runs on; None: this machine
+    # A workflow step's agent: its CAO_WORKFLOW_* identity (run, step, generation); None: none.
+    workflow_step: dict[str, str] | None = None
     extra: dict = field(default_factory=dict)
 
 

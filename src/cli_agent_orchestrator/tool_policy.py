@@ -16,7 +16,7 @@ Semantics of a resolved set (whether the profile named it or its role gave it):
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -126,6 +126,14 @@ ROLE_DEFAULTS: dict[str, tuple[str, ...]] = {
     "developer": ("@builtin", "fs_*", "execute_bash", "web_fetch", f"@{CAO_SERVER}"),
 }
 FALLBACK_ROLE = "developer"
+
+
+def gives_cao_tools(tools: Sequence[str] | None, yolo: bool) -> bool:
+    """Whether an agent with this tool set has cao's own tools (handoff, assign, ...)."""
+    if yolo or tools is None:
+        return True
+    server = f"@{CAO_SERVER}"
+    return any(t in (UNRESTRICTED, server) or t.startswith(server + "/") for t in tools)
 
 
 def keeps_prompts(profile_extra: Mapping) -> bool:

@@ -3,15 +3,20 @@
 from __future__ import annotations
 
 import asyncio
+import functools
 import os
 import shutil
 from contextlib import asynccontextmanager
 
 from fastapi import FastAPI, Request
 from fastapi.middleware.cors import CORSMiddleware
+from starlette.routing import Route
 
 from .. import __version__
+from ..auth_token import ensure_token
 from ..bootstrap import Runtime, build_runtime
+from ..mcp_server.endpoint import PATH as MCP_PATH
+from ..mcp_server.endpoint import McpEndpoint
 from ..settings import Settings
 from ..web.logins import Logins
 from ..web.static import mount_page
@@ -41,9 +46,11 @@ def create_app(settings: Settings | None = None, runtime: Runtime | None = None)
     async def lifespan(app: FastAPI):
         app.state.runtime = runtime or build_runtime(settings)
         await app.state.runtime.start()
+        await mcp.start()
         try:
             yield
         finally:
+            await mcp.stop()  # first: a tool call in flight ends before the runtime under it
             await app.state.runtime.stop()
 
     app = FastAPI(
@@ -110,6 +117,16 @@ def create_app(settings: Settings | None = None, runtime: Runtime | None = None)
     app.include_router(profile_router)
     app.include_router(ui_router)
     app.include_router(terminal_ws_router)
+    # cao's agent tools over MCP (streamable HTTP), behind the same gates as every route.
+    mcp = McpEndpoint(
+        settings,
+        app,
+        server_token=functools.cache(lambda: ensure_token(settings.auth_token_path)),
+        store=lambda: app.state.runtime.store,
+        bus=lambda: app.state.runtime.bus,
+    )
+    for path in (MCP_PATH, MCP_PATH + "/"):
+        app.router.routes.append(Route(path, mcp, methods=["GET", "POST", "DELETE"], include_in_schema=False))
     mount_page(app)  # last: every API route wins over the page
     app.add_middleware(BodySizeLimit, max_bytes=settings.max_body_bytes)
     app.add_middleware(ActorMiddleware)  # what a request causes is credited to its client

@@ -20,32 +20,31 @@ non-loopback bind, from another machine, where the kernel names nobody).
 from __future__ import annotations
 
 import hmac
-import json
 import logging
 import os
 import re
-import secrets
-import stat
 from dataclasses import dataclass
-from pathlib import Path
 from urllib.parse import parse_qsl
 
-from ..auth_token import read_token
+from ..agent_credentials import HEADER as AGENT_HEADER
+from ..agent_credentials import terminal_of
+from ..auth_token import ensure_token
 from ..settings import Settings
 from ..web.logins import Logins
 from .peer import is_loopback, socket_owner_uid
+from .raw_answers import send_json
 from .security import close_websocket, same_origin
 
 log = logging.getLogger(__name__)
 
-TOKEN_BYTES = 32  # 256 bits of randomness, 43 urlsafe characters
-OWNER_ONLY = 0o600
 _BEARER = b"bearer "
 # Headers with which a proxy names another client: uvicorn then rewrites scope["client"]
 # (and trusts it from 127.0.0.1 by default), so that address says nothing about the socket.
 _FORWARDING_HEADERS = (b"x-forwarded-for", b"forwarded")
 _FETCH_METADATA = (b"sec-fetch-site", b"sec-fetch-mode", b"sec-fetch-dest")
 _HOOK_PATH = re.compile(r"/terminals/[a-f0-9]{8}/hooks")
+_MCP_PATHS = ("/mcp", "/mcp/")
+_AGENT_HEADER = AGENT_HEADER.lower().encode("latin-1")
 # Fetch metadata values of requests no other site can have started: the page's own, or typed.
 _OWN_SITE = (b"same-origin", b"none")
 # What a browser may fetch before it has signed in: the page shell (no data in it) and the
@@ -61,40 +60,6 @@ _TOKEN_HINT = "send 'Authorization: Bearer <token>' with the token in the auth-t
 class Refusal:
     status: int  # HTTP status; a WebSocket is closed with 4000 + status
     detail: str
-
-
-def ensure_token(path: Path) -> str:
-    """The server's token: the one in `path`, or a new one written there (0600) when the
-    file is missing or holds no usable token. Kept across restarts."""
-    existing = read_token(path)
-    if existing is not None:
-        mode = stat.S_IMODE(path.stat().st_mode)
-        if mode != OWNER_ONLY:
-            log.warning("%s had mode %o; set to 600 (it admits any client)", path, mode)
-            os.chmod(path, OWNER_ONLY)
-        return existing
-    path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
-    token = secrets.token_urlsafe(TOKEN_BYTES)
-    # Written aside, then linked in: a reader never sees a half-written file, and of two
-    # servers starting on one home the second adopts the first one's token.
-    scratch = path.with_name(f".{path.name}.{os.getpid()}")
-    fd = os.open(scratch, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, OWNER_ONLY)
-    try:
-        os.fchmod(fd, OWNER_ONLY)  # the umask may only have narrowed it; make it exact
-        os.write(fd, f"{token}\n".encode("ascii"))
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-    try:
-        os.link(scratch, path)
-    except FileExistsError:
-        adopted = read_token(path)
-        if adopted is not None:
-            return adopted
-        os.replace(scratch, path)  # an unusable file (empty, too short) is replaced
-    finally:
-        scratch.unlink(missing_ok=True)
-    return token
 
 
 class OwnerOrToken:
@@ -146,6 +111,8 @@ class OwnerOrToken:
             if peer_uid is not None:
                 return self._not_the_owner(peer_uid)
             reason = "the user behind this connection cannot be determined"
+        if self._agent_on_mcp(scope, headers, presented):
+            return None  # an agent on a host, through its forward: its credential proves it
         if presented is not None:
             return Refusal(401, f"invalid bearer token ({reason}, so a token is required); {_TOKEN_HINT}")
         return Refusal(401, f"a token is required: {reason}; {_TOKEN_HINT}")
@@ -173,6 +140,15 @@ class OwnerOrToken:
         if _header(headers, b"sec-fetch-site").lower() not in _OWN_SITE:
             return Refusal(403, "a request started by another site is refused")
         return None
+
+    def _agent_on_mcp(self, scope, headers: list[tuple[bytes, bytes]], bearer: bytes | None) -> bool:
+        """A request to cao's MCP endpoint that carries a valid agent credential. Only asked
+        where the kernel cannot name the caller (an agent on a host): on loopback the owner rule
+        comes first, so a credential copied by another local user admits nobody."""
+        if scope.get("path") not in _MCP_PATHS:
+            return False
+        credential = _header(headers, _AGENT_HEADER) or bearer or b""
+        return terminal_of(self.token.decode("ascii"), credential.decode("latin-1").strip()) is not None
 
     def _browser_of_another_user(self, scope) -> Refusal | None:
         """A browser on this machine runs as some user, and the kernel names it: only the
@@ -222,25 +198,26 @@ def _header(headers: list[tuple[bytes, bytes]], wanted: bytes) -> bytes:
 def from_a_browser(scope, headers: list[tuple[bytes, bytes]]) -> bool:
     """Browsers send Fetch metadata with every HTTP request, and an Origin with every
     WebSocket handshake (where Chromium sends no Fetch metadata); other clients send neither
-    unless told to. One exception: a CLI's own HTTP hook (see `_cli_hook`)."""
+    unless told to. One exception: a CLI's own requests with Node's fetch (see `_cli_request`)."""
     names = {name for name, _ in headers}
     if scope["type"] == "websocket" and b"origin" in names:
         return True
-    return any(name in _FETCH_METADATA for name in names) and not _cli_hook(scope, names)
+    return any(name in _FETCH_METADATA for name in names) and not _cli_request(scope, names)
 
 
-def _cli_hook(scope, names: set[bytes]) -> bool:
-    """A CLI's HTTP hook (Qwen Code's, posted with Node's fetch): Node sends `Sec-Fetch-Mode:
-    cors` and no other Fetch metadata, where a browser always sends Sec-Fetch-Site with it.
-    Only a hook post carrying a hook secret is read so; it is then admitted by its socket's
-    user like any other client, and the route itself requires the terminal's secret."""
-    return (
-        scope["type"] == "http"
-        and scope.get("method") == "POST"
-        and b"sec-fetch-site" not in names
-        and b"x-cao-hook-secret" in names
-        and _HOOK_PATH.fullmatch(scope.get("path", "")) is not None
-    )
+def _cli_request(scope, names: set[bytes]) -> bool:
+    """A CLI's own request with Node's fetch: an HTTP hook (Qwen Code) or a call to cao's MCP
+    endpoint (Gemini CLI, Qwen Code). Node sends `Sec-Fetch-Mode: cors` and no other Fetch
+    metadata, where a browser always sends Sec-Fetch-Site with it. Only a hook post carrying a
+    hook secret, or an MCP request carrying an agent credential, is read so; it is then
+    admitted by its socket's user like any other client, and the route itself requires the
+    terminal's secret or credential."""
+    if scope["type"] != "http" or b"sec-fetch-site" in names:
+        return False
+    path = scope.get("path", "")
+    if path in _MCP_PATHS:
+        return _AGENT_HEADER in names
+    return scope.get("method") == "POST" and b"x-cao-hook-secret" in names and _HOOK_PATH.fullmatch(path) is not None
 
 
 def cookie_name(scope) -> str:
@@ -275,9 +252,5 @@ async def _refuse(scope, receive, send, refusal: Refusal) -> None:
     if scope["type"] == "websocket":
         await close_websocket(receive, send, 4000 + refusal.status, refusal.detail)
         return
-    body = json.dumps({"detail": refusal.detail}).encode()
-    headers = [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())]
-    if refusal.status == 401:
-        headers.append((b"www-authenticate", b'Bearer realm="cao-server"'))
-    await send({"type": "http.response.start", "status": refusal.status, "headers": headers})
-    await send({"type": "http.response.body", "body": body})
+    challenge = [(b"www-authenticate", b'Bearer realm="cao-server"')] if refusal.status == 401 else []
+    await send_json(send, refusal.status, {"detail": refusal.detail}, challenge)

@@ -18,6 +18,8 @@ from fastapi import HTTPException, Request, Response
 from fastapi.routing import APIRoute
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from .raw_answers import send_json
+
 
 class BodySizeLimit:
     """Pure ASGI middleware: one limit for every request body.
@@ -58,20 +60,9 @@ class BodySizeLimit:
         await self.app(scope, replay, send)
 
     async def _refuse(self, send: Send) -> None:
-        body = json.dumps({"detail": f"request body exceeds {self.max_bytes} bytes"}).encode()
-        await send(
-            {
-                "type": "http.response.start",
-                "status": 413,
-                "headers": [
-                    (b"content-type", b"application/json"),
-                    (b"content-length", str(len(body)).encode()),
-                    # The unread rest of the body makes the connection unusable.
-                    (b"connection", b"close"),
-                ],
-            }
-        )
-        await send({"type": "http.response.body", "body": body})
+        detail = {"detail": f"request body exceeds {self.max_bytes} bytes"}
+        # The unread rest of the body makes the connection unusable.
+        await send_json(send, 413, detail, [(b"connection", b"close")])
 
 
 def _content_length(scope: Scope) -> int | None:

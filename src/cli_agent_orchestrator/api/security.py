@@ -9,11 +9,11 @@ handshake, after its peer address (close 4003, then 4403).
 
 from __future__ import annotations
 
-import json
 from urllib.parse import urlsplit
 
 from ..settings import Settings
 from .peer import is_loopback
+from .raw_answers import send_json
 
 _LOOPBACK_NAMES = {"localhost", "127.0.0.1", "::1", "[::1]"}
 _DEV_PORTS = (3000, 5173, 5174)
@@ -114,12 +114,4 @@ async def _reject(scope, receive, send, status: int, detail: str, code: int = 44
     if scope["type"] == "websocket":
         await close_websocket(receive, send, code, detail)
         return
-    body = json.dumps({"detail": detail}).encode()
-    await send(
-        {
-            "type": "http.response.start",
-            "status": status,
-            "headers": [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())],
-        }
-    )
-    await send({"type": "http.response.body", "body": body})
+    await send_json(send, status, {"detail": detail})

@@ -10,6 +10,7 @@ import re
 
 from ..bus import EventBus
 from ..events import TerminalExited, TerminalOutput, TerminalResized
+from .tmux_pane_watch import zombie_exit_code
 from .tmux_panes import PaneMap
 
 _OCTAL = re.compile(rb"\\([0-7]{3})")
@@ -18,7 +19,7 @@ _LAYOUT_SIZE = re.compile(r"^[0-9a-f]{4},(\d+)x(\d+),")
 MAX_ORPHAN_PANES = 64
 MAX_ORPHAN_BYTES = 256 * 1024
 # The pane-death subscription the client asks for; `subscription` reads its changes.
-DEATH_SUBSCRIPTION = "cao-dead:%*:#{pane_dead} #{pane_dead_status}"
+DEATH_SUBSCRIPTION = "cao-dead:%*:#{pane_dead}/#{pane_dead_status}/#{pane_pid}"
 
 
 def decode_output(data: bytes) -> bytes:
@@ -77,11 +78,14 @@ class ControlOutput:
         parts = line.decode(errors="replace").split(" ")
         if len(parts) < 8 or parts[1] != "cao-dead":
             return
-        value = " ".join(parts[7:]).split()
+        value = " ".join(parts[7:]).strip().split("/")  # dead/status/pid
         terminal_id = self.panes.terminal_of_pane.get(parts[5])
-        if terminal_id is None or not value or value[0] != "1" or not self.panes.report_dead_once(terminal_id):
+        if terminal_id is None or value[0] != "1" or not self.panes.report_dead_once(terminal_id):
             return
-        code = int(value[1]) if len(value) > 1 and value[1].lstrip("-").isdigit() else None
+        status, pid = (value + ["", ""])[1:3]
+        code = int(status) if status.lstrip("-").isdigit() else None
+        if code is None and pid.isdigit():
+            code = zombie_exit_code(int(pid))  # tmux did not reap it (yet): the kernel knows
         self.bus.publish(TerminalExited(terminal_id, exit_code=code))
 
     def layout(self, line: bytes) -> None:

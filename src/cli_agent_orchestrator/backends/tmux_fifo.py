@@ -18,7 +18,7 @@ from pathlib import Path
 from ..bus import EventBus
 from ..events import ScreenSnapshot, TerminalExited, TerminalOutput
 from .tmux_commands import SNAPSHOT_FORMAT, cursor_and_title, pipe_command
-from .tmux_pane_watch import STATE_FORMAT, PaneState, ProcessWatch, pane_state, parse_state
+from .tmux_pane_watch import STATE_FORMAT, PaneState, ProcessWatch, pane_state, parse_state, zombie_exit_code
 from .tmux_process import BlockingTmux
 
 log = logging.getLogger(__name__)
@@ -276,7 +276,7 @@ class FifoReader:
                 return
             if pane.settled or time.monotonic() >= deadline:
                 self._drain(SETTLE_STEP_S)
-                self._publish_exit(pane.code)
+                self._publish_exit(pane.code if pane.settled else zombie_exit_code(pane.pid))
                 return
             if not self._drain(SETTLE_STEP_S):
                 self._pause(SETTLE_STEP_S)  # the FIFO is at EOF: wait without spinning

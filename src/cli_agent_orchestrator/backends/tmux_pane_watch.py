@@ -45,6 +45,27 @@ def pane_state(tmux: BlockingTmux, pane_id: str) -> PaneState | None:
     return parse_state(out.rstrip("\n")) if ok else None
 
 
+def zombie_exit_code(pid: int) -> int | None:
+    """The exit code of `pid` if it has ended and nobody reaped it yet (a zombie), as a dead pane
+    reports it: the code, or minus the signal. Why: tmux 3.3a now and then marks a pane dead and
+    never reaps its process, so it never learns the status; the kernel still holds it, in
+    /proc/<pid>/stat's 52nd field (Linux 3.5+). None when it cannot be read or is not a zombie."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as file:
+            stat = file.read()
+    except OSError:
+        return None
+    fields = stat[stat.rfind(b")") + 2 :].split()  # after "pid (comm) ": state is fields[0]
+    if len(fields) < 50 or fields[0] != b"Z" or not fields[49].isdigit():
+        return None
+    status = int(fields[49])
+    if os.WIFEXITED(status):
+        return os.WEXITSTATUS(status)
+    if os.WIFSIGNALED(status):
+        return -os.WTERMSIG(status)
+    return None
+
+
 def pid_alive(pid: int) -> bool:
     try:
         os.kill(pid, 0)

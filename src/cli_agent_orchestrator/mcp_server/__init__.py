@@ -1,8 +1,9 @@
-"""cao's MCP servers: `cao-mcp-server` (server.py), the tools an agent inside cao uses to
-orchestrate other agents, and `cao-ops-mcp-server` (ops_server.py), the tools an agent outside
-cao uses to drive it.
+"""cao's MCP servers. The agent tools (server.py: handoff, assign, send_message, ..., the workflow
+tools) are served by cao-server itself at /mcp (endpoint.py), bound to the calling agent by its
+credential; `cao-mcp-server` (relay.py) carries stdio to that endpoint for CLIs that cannot reach
+it over HTTP. `cao-ops-mcp-server` (ops_server.py) holds the tools an agent outside cao uses to
+drive it, as an HTTP client of cao-server.
 
-Both are only HTTP clients of cao-server; everything stateful (terminals, inboxes,
-waits) lives in the server, so these processes can be started and killed freely by
-whichever coding CLI hosts them.
+The tool code (tools.py, workflow_tools.py) only ever talks to cao-server's HTTP API (in-process
+at /mcp), so it answers the same wherever it runs.
 """

@@ -56,12 +56,20 @@ def reconnect_window() -> float:
 
 class CaoApi:
     def __init__(
-        self, base_url: str, timeout: float, headers: dict[str, str] | None = None, reconnect_s: float | None = None
+        self,
+        base_url: str,
+        timeout: float,
+        headers: dict[str, str] | None = None,
+        reconnect_s: float | None = None,
+        transport: httpx.AsyncBaseTransport | None = None,
     ):
         """`reconnect_s`: how long a call that cannot connect is tried again (None: the
-        agent default, CAO_MCP_RECONNECT_SECONDS; 0 for a human's tool, who should hear at once)."""
+        agent default, CAO_MCP_RECONNECT_SECONDS; 0 for a human's tool, who should hear at once).
+        `transport`: how requests travel (None: HTTP; cao-server's own MCP endpoint calls its
+        app in-process)."""
         self.base_url = base_url
         self.timeout = timeout
+        self.transport = transport
         self.reconnect_s = reconnect_window() if reconnect_s is None else reconnect_s
         # The Authorization header; by default from CAO_AUTH_TOKEN or the cao home's token
         # file, and none when neither can be read (the server still admits its owner on loopback).
@@ -78,7 +86,9 @@ class CaoApi:
             if self.headers is None:
                 settings = Settings.from_env()
                 self.headers = auth_headers(settings.home_dir, settings.client_auth_token)
-            self._client = httpx.AsyncClient(base_url=self.base_url, trust_env=False, headers=self.headers)
+            self._client = httpx.AsyncClient(
+                base_url=self.base_url, trust_env=False, headers=self.headers, transport=self.transport
+            )
         return self._client
 
     async def request(

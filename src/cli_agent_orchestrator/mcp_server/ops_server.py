@@ -161,7 +161,8 @@ def build_server(config: OpsConfig | None = None) -> MCPServer:
         (run_flow, RUN_FLOW_DOC),
     ):
         server.add_tool(tool, description=doc)
-    add_workflow_tools(server, WorkflowTools(workflow_config(ops.api), ops.api), step_tools=False)
+    workflows = WorkflowTools(workflow_config(ops.api), ops.api)
+    add_workflow_tools(server, lambda: workflows, step_tools=False)
     return server
 
 

@@ -1,20 +1,22 @@
-"""cao-mcp-server entry point: registers the orchestration tools on an MCP server (stdio).
+"""cao's agent tools as an MCP server: the tool signatures agents see, registered once and served
+by cao-server itself at /mcp (endpoint.py); `cao-mcp-server` relays stdio to it (relay.py).
 
 The tool signatures are the contract agents see. `working_directory` is offered
 only when CAO_ENABLE_WORKING_DIRECTORY is on, so a model is never tempted to pass
 a parameter the deployment does not want; that means two function shapes, chosen
-when the server is built.
+when the server is built. Each call asks `tools_for()` for the caller's tools: the endpoint
+hands out tools bound to the terminal whose credential the request carries.
 """
 
 from __future__ import annotations
 
-import logging
+from collections.abc import Callable
 from typing import Annotated, Any
 
 from mcp.server.mcpserver import MCPServer
 from pydantic import Field
 
-from .tools import OrchestratorTools, ToolConfig
+from .tools import OrchestratorTools
 from .workflow_tools import WorkflowTools
 
 SERVER_NAME = "cao-mcp-server"
@@ -121,28 +123,29 @@ schema lists as `required` are checked: validated is false and errors names the
 missing ones (the output is still recorded, so call again with the fixed object)."""
 
 
-def add_workflow_tools(server: MCPServer, wf: WorkflowTools, *, step_tools: bool = True) -> None:
+def add_workflow_tools(server: MCPServer, wf_for: Callable[[], WorkflowTools], *, step_tools: bool = True) -> None:
     """Register the workflow tools; `step_tools=False` leaves out workflow_return, which only a
-    workflow step's own agent can use (the ops server's callers are outside cao)."""
+    workflow step's own agent can use (the ops server's callers are outside cao). `wf_for()`
+    gives the caller's workflow tools at each call."""
 
     async def workflow_run(name_or_path: NameOrPath, inputs: Inputs = None, run_id: NewRunId = None) -> dict[str, Any]:
-        return await wf.run(name_or_path, inputs, run_id)
+        return await wf_for().run(name_or_path, inputs, run_id)
 
     async def workflow_start(
         name_or_path: NameOrPath, inputs: Inputs = None, run_id: NewRunId = None
     ) -> dict[str, Any]:
-        return await wf.start(name_or_path, inputs, run_id)
+        return await wf_for().start(name_or_path, inputs, run_id)
 
     async def workflow_status(run_id: RunId) -> dict[str, Any]:
-        return await wf.status(run_id)
+        return await wf_for().status(run_id)
 
     async def workflow_wait(
         run_id: RunId, timeout: Annotated[int, Field(description="Most seconds to wait, 0-8820")] = 8820
     ) -> dict[str, Any]:
-        return await wf.wait(run_id, timeout)
+        return await wf_for().wait(run_id, timeout)
 
     async def workflow_result(run_id: RunId) -> dict[str, Any]:
-        return await wf.result(run_id)
+        return await wf_for().result(run_id)
 
     async def workflow_list(
         state: Annotated[
@@ -150,14 +153,14 @@ def add_workflow_tools(server: MCPServer, wf: WorkflowTools, *, step_tools: bool
         ] = None,
         limit: Annotated[int, Field(description="At most this many runs, 1-500")] = 50,
     ) -> dict[str, Any]:
-        return await wf.list_runs(state, limit)
+        return await wf_for().list_runs(state, limit)
 
     async def workflow_events(
         run_id: RunId,
         after_seq: Annotated[int, Field(description="Only events after this sequence number")] = 0,
         max_events: Annotated[int, Field(description="Most events to return, 1-500")] = 500,
     ) -> dict[str, Any]:
-        return await wf.events(run_id, after_seq, max_events)
+        return await wf_for().events(run_id, after_seq, max_events)
 
     async def workflow_resume(
         run_id: RunId,
@@ -166,10 +169,10 @@ def add_workflow_tools(server: MCPServer, wf: WorkflowTools, *, step_tools: bool
             Field(description='For halted steps: step id -> "rerun" or "skip", e.g. {"call-1": "skip"}'),
         ] = None,
     ) -> dict[str, Any]:
-        return await wf.resume(run_id, decisions)
+        return await wf_for().resume(run_id, decisions)
 
     async def workflow_cancel(run_id: RunId) -> dict[str, Any]:
-        return await wf.cancel(run_id)
+        return await wf_for().cancel(run_id)
 
     async def workflow_return(
         output: Annotated[dict[str, Any], Field(description="Your step's result, a JSON object")],
@@ -178,7 +181,7 @@ def add_workflow_tools(server: MCPServer, wf: WorkflowTools, *, step_tools: bool
             Field(description="JSON Schema the output should meet; its `required` keys are checked"),
         ] = None,
     ) -> dict[str, Any]:
-        return await wf.return_output(output, output_schema)
+        return await wf_for().return_output(output, output_schema)
 
     server.add_tool(workflow_run, description=WORKFLOW_RUN_DOC)
     server.add_tool(workflow_start, description=WORKFLOW_START_DOC)
@@ -193,13 +196,17 @@ def add_workflow_tools(server: MCPServer, wf: WorkflowTools, *, step_tools: bool
         server.add_tool(workflow_return, description=WORKFLOW_RETURN_DOC)
 
 
-def build_server(config: ToolConfig | None = None) -> MCPServer:
-    tools = OrchestratorTools(config or ToolConfig.from_env())
+def build_server(
+    tools_for: Callable[[], OrchestratorTools],
+    workflows_for: Callable[[], WorkflowTools],
+    working_directory_param: bool,
+) -> MCPServer:
+    """The agent tools; `tools_for()` and `workflows_for()` give the calling agent's at each call."""
     server: MCPServer = MCPServer(
         SERVER_NAME, instructions="Tools to delegate work to other cao agents and to run cao workflows."
     )
 
-    if tools.config.working_directory_param:
+    if working_directory_param:
 
         async def handoff(
             agent_profile: Profile,
@@ -211,7 +218,7 @@ def build_server(config: ToolConfig | None = None) -> MCPServer:
             use_worktree: UseWorktree = False,
             host: Host = None,
         ) -> dict[str, Any]:
-            return await tools.handoff(
+            return await tools_for().handoff(
                 agent_profile, message, timeout, working_directory, model, engine, use_worktree, host
             )
 
@@ -224,7 +231,9 @@ def build_server(config: ToolConfig | None = None) -> MCPServer:
             use_worktree: UseWorktree = False,
             host: Host = None,
         ) -> dict[str, Any]:
-            return await tools.assign(agent_profile, message, working_directory, model, engine, use_worktree, host)
+            return await tools_for().assign(
+                agent_profile, message, working_directory, model, engine, use_worktree, host
+            )
     else:
 
         async def handoff(  # type: ignore[misc]  # the other variant: a tool schema of its own
@@ -236,7 +245,7 @@ def build_server(config: ToolConfig | None = None) -> MCPServer:
             use_worktree: UseWorktree = False,
             host: Host = None,
         ) -> dict[str, Any]:
-            return await tools.handoff(agent_profile, message, timeout, None, model, engine, use_worktree, host)
+            return await tools_for().handoff(agent_profile, message, timeout, None, model, engine, use_worktree, host)
 
         async def assign(  # type: ignore[misc]  # the other variant: a tool schema of its own
             agent_profile: Profile,
@@ -246,37 +255,37 @@ def build_server(config: ToolConfig | None = None) -> MCPServer:
             use_worktree: UseWorktree = False,
             host: Host = None,
         ) -> dict[str, Any]:
-            return await tools.assign(agent_profile, message, None, model, engine, use_worktree, host)
+            return await tools_for().assign(agent_profile, message, None, model, engine, use_worktree, host)
 
     async def send_message(
         message: Annotated[str, Field(description="The message text")],
         receiver_id: Annotated[str | None, Field(description="Receiving terminal id (default: your caller)")] = None,
     ) -> dict[str, Any]:
-        return await tools.send_message(message, receiver_id)
+        return await tools_for().send_message(message, receiver_id)
 
     async def answer_user_prompt(
         terminal_id: TerminalId,
         answer: Annotated[str, Field(description="The answer to type, at most 4000 characters")],
     ) -> dict[str, Any]:
-        return await tools.answer_user_prompt(terminal_id, answer)
+        return await tools_for().answer_user_prompt(terminal_id, answer)
 
     async def delete_terminal(terminal_id: TerminalId) -> dict[str, Any]:
-        return await tools.delete_terminal(terminal_id)
+        return await tools_for().delete_terminal(terminal_id)
 
     server.add_tool(handoff, description=HANDOFF_DOC)
     server.add_tool(assign, description=ASSIGN_DOC)
     server.add_tool(send_message, description=SEND_MESSAGE_DOC)
     server.add_tool(answer_user_prompt, description=ANSWER_DOC)
     server.add_tool(delete_terminal, description=DELETE_DOC)
-    add_workflow_tools(server, WorkflowTools(tools.config, tools.api))  # one shared HTTP client
+    add_workflow_tools(server, workflows_for)
     return server
 
 
 def main() -> None:
-    """Run on stdio (also what `cao mcp-server` calls)."""
-    # stderr is the host CLI's log; a line per HTTP request would drown real problems.
-    logging.getLogger("httpx").setLevel(logging.WARNING)
-    build_server().run("stdio")
+    """`cao-mcp-server` (also `cao mcp-server`): stdio relayed to cao-server's /mcp endpoint."""
+    from .relay import main as relay
+
+    relay()
 
 
 if __name__ == "__main__":

@@ -5,6 +5,11 @@ Both CLIs (qwen-code is a fork of gemini-cli) read a JSON-with-comments
 `settings.json` with the same `mcpServers` and `hooks` shapes. cao never writes
 the user's file: it reads it, lays its own per-terminal keys over a copy, and
 points the CLI at the copy (each provider says how).
+
+Both reach cao's MCP endpoint themselves (`httpUrl`: streamable HTTP). Both expand `$VAR` and
+`${VAR}` in every string of a settings file they load, from their own environment, so the
+header that proves the agent names CAO_MCP_TOKEN (the pane's environment holds it) and the
+credential is in no file cao writes.
 """
 
 from __future__ import annotations
@@ -16,9 +21,9 @@ from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
-from .. import tool_policy
+from .. import agent_credentials, tool_policy
 from .base import LaunchContext, Screen
-from .common import HOOK_ACK_WAIT_S, HOOK_TIMEOUT_S, MCP_SERVER_NAME, hook_command, hook_url, mcp_server
+from .common import HOOK_ACK_WAIT_S, HOOK_TIMEOUT_S, MCP_SERVER_NAME, hook_command, hook_url
 
 # Keys a profile's `mcpServers` entry may carry over to the CLI's settings.
 _MCP_KEYS = ("command", "args", "env", "cwd", "url", "httpUrl", "headers", "timeout", "trust")
@@ -101,18 +106,35 @@ def hooks(ctx: LaunchContext, events: Iterable[str], http: bool = False) -> dict
     return {event: [{"hooks": [hook(event)]}] for event in events}
 
 
+# The credential as the CLI reads it: a reference it expands from its own environment.
+_TOKEN_REFERENCE = "${" + agent_credentials.ENV_VAR + "}"
+
+
 def mcp_servers(ctx: LaunchContext, trust: bool) -> dict[str, dict]:
-    """cao-mcp-server (trusted: its tools are cao's own orchestration calls) plus the profile's
-    other `mcpServers`. The profile's own cao-mcp-server entry is replaced by the real one,
-    which carries this terminal's identity."""
+    """cao's endpoint as `cao-mcp-server` (trusted: its tools are cao's own orchestration calls)
+    plus the profile's other `mcpServers`. The profile's own cao-mcp-server entry is replaced by
+    the real one, whose header proves this terminal."""
     servers: dict[str, dict] = {}
     declared = ctx.profile_extra.get("mcpServers")
     if isinstance(declared, Mapping):
         for name, spec in declared.items():
             if name != MCP_SERVER_NAME and isinstance(spec, Mapping):
                 servers[str(name)] = {k: spec[k] for k in _MCP_KEYS if k in spec}
-    servers[MCP_SERVER_NAME] = {**mcp_server(ctx), "trust": trust}
+    servers[MCP_SERVER_NAME] = {
+        "httpUrl": ctx.mcp_url,
+        "headers": {agent_credentials.HEADER: _TOKEN_REFERENCE},
+        "trust": trust,
+    }
     return servers
+
+
+def without_cao_server(settings: dict[str, Any]) -> dict[str, Any]:
+    """`settings` without an `mcpServers` entry of cao's name: cao's entry is laid over whole, not
+    merged, so that an entry of an older setup (a stdio `command`, its `env`) lends it nothing."""
+    servers = settings.get("mcpServers")
+    if not isinstance(servers, Mapping) or MCP_SERVER_NAME not in servers:
+        return settings
+    return {**settings, "mcpServers": {k: v for k, v in servers.items() if k != MCP_SERVER_NAME}}
 
 
 def write_private(path: Path, text: str) -> None:

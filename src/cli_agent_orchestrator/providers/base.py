@@ -56,7 +56,12 @@ class LaunchContext:
     # Tools inside run without asking, tools outside are refused; yolo: unrestricted.
     allowed_tools: list[str] | None = None
     yolo: bool = False
-    mcp_server_argv: list[str] = field(default_factory=list)  # how to start cao-mcp-server
+    mcp_server_argv: list[str] = field(default_factory=list)  # how to start cao-mcp-server (the stdio relay)
+    # cao's MCP endpoint as this agent reaches it, and the credential that proves the agent on it
+    # (agent_credentials.py): for a config file the provider writes 0600 under the terminal's
+    # directory, never for argv (the agent's environment also holds it, as CAO_MCP_TOKEN).
+    mcp_url: str = ""
+    mcp_token: str = ""
     profile_extra: dict = field(default_factory=dict)  # provider-specific frontmatter
     # The environment the agent inherits (cao-server's own): where a provider finds the
     # user's CLI configuration (CODEX_HOME, QWEN_HOME, …) and API keys. Providers read this,
@@ -158,6 +163,16 @@ class Provider:
     # CLI that visibly takes an Enter within tens of ms but sometimes reads it as a newline
     # (Gemini): the next Enter then submits the text.
     submit_confirm_s: float | None = None
+    # How the CLI reaches cao's tools: "http" (cao-server's MCP endpoint itself), "stdio" (the
+    # cao-mcp-server relay it starts), or "none" (no MCP at all: a worker, never a supervisor).
+    mcp: str = "stdio"
+    # The CLI lists its MCP servers' tools as it starts, so an agent given cao's tools is ready
+    # only once it has (McpListed); False for a CLI that lists them later (it is not waited for).
+    lists_tools_at_start: bool = True
+    # What the CLI lists on cao's endpoint before it hands cao's tools to its model: the agent is
+    # ready once all of these are answered (Claude Code takes its tools only after prompts/list
+    # and resources/list; a message typed before that went out without them).
+    mcp_ready_after: tuple[str, ...] = ("tools/list",)
     # Why a launch of this profile cannot work (a file the CLI needs is missing), or None;
     # checked before anything is allocated, so the request is a 400 that says what to do.
     preflight: Callable[[str, Mapping[str, str]], str | None] = no_preflight

@@ -25,9 +25,10 @@ from pathlib import Path
 from typing import Any
 
 from .. import tool_policy
+from ..agent_credentials import ENV_VAR as MCP_TOKEN_ENV
 from ..models import TerminalStatus
 from .base import Launch, LaunchContext, Provider, Screen, StatusReading, stop_hook_message
-from .common import HOOK_TIMEOUT_S, MCP_SERVER_NAME, hook_command, mcp_server, terminal_dir
+from .common import HOOK_TIMEOUT_S, MCP_SERVER_NAME, hook_command, terminal_dir
 
 HOOK_EVENTS = ("SessionStart", "UserPromptSubmit", "Stop", "StopFailure")
 PERMISSION_MODES = ("acceptEdits", "auto", "default", "dontAsk", "plan")
@@ -84,8 +85,17 @@ def mcp_config(ctx: LaunchContext) -> dict[str, Any]:
         servers.update(
             {str(k): dict(v) for k, v in declared.items() if k != MCP_SERVER_NAME and isinstance(v, Mapping)}
         )
+    # cao-server's own endpoint. The credential stays in the pane's environment: Claude expands
+    # `${VAR}` in an --mcp-config file as it reads it, so the file holds only the reference. As a
+    # bearer, not X-CAO-Agent-Token: Claude writes an HTTP server's headers into its MCP log
+    # (~/.cache/claude-cli-nodejs/…/mcp-logs-*), and redacts only `…Authorization` ones.
     # alwaysLoad: cao's tools are never deferred behind Claude's tool search.
-    servers[MCP_SERVER_NAME] = {"type": "stdio", **mcp_server(ctx), "alwaysLoad": True}
+    servers[MCP_SERVER_NAME] = {
+        "type": "http",
+        "url": ctx.mcp_url,
+        "headers": {"Authorization": "Bearer ${" + MCP_TOKEN_ENV + "}"},
+        "alwaysLoad": True,
+    }
     return {"mcpServers": servers}
 
 
@@ -322,4 +332,10 @@ PROVIDER = Provider(
     status_from_hook=status_from_hook,
     reply_from_hook=stop_hook_message,
     dialog_keys=dialog_keys,
+    # Claude reaches /mcp itself and lists cao's tools as it starts, but hands them to the model
+    # only once it has also listed prompts and resources (a message sent before that is offered
+    # Claude's WaitForMcpServers instead): it is ready after all three.
+    mcp="http",
+    lists_tools_at_start=True,
+    mcp_ready_after=("tools/list", "prompts/list", "resources/list"),
 )

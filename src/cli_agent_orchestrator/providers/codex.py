@@ -25,9 +25,11 @@ from pathlib import Path
 from typing import Any
 
 from .. import tool_policy
+from ..agent_credentials import ENV_VAR as MCP_TOKEN_ENV
+from ..agent_credentials import HEADER as AGENT_HEADER
 from ..models import TerminalStatus
 from .base import Launch, LaunchContext, Provider, Screen, StatusReading, stop_hook_message
-from .common import HOOK_TIMEOUT_S, MCP_SERVER_NAME, hook_command, mcp_server, terminal_dir
+from .common import HOOK_TIMEOUT_S, MCP_SERVER_NAME, hook_command, terminal_dir
 
 MODEL_PROVIDER = "cao_openai"  # defined per terminal when the server env names OPENAI_BASE_URL
 # Codex runs hooks synchronously (the hook channel's bash script, a few ms each), so only the
@@ -89,11 +91,14 @@ def _mcp_servers(ctx: LaunchContext) -> dict[str, dict]:
                 continue
             if name != MCP_SERVER_NAME and isinstance(spec, Mapping) and re.fullmatch(r"[\w-]+", str(name)):
                 servers[str(name)] = {k: spec[k] for k in _MCP_KEYS if k in spec}
-    # cao's own server: its tools are cao's orchestration calls, so they never ask. Required:
-    # Codex then holds a prompt until the server is up (an optional one gets ~1 s, and a
-    # first turn would miss handoff/assign), and exits with the cause if it cannot start.
+    # cao's own server, cao-server's /mcp over streamable HTTP. The credential is named, not
+    # given: Codex reads the header's value from its environment (the pane's CAO_MCP_TOKEN), so
+    # it never appears in a `-c` argument. Its tools are cao's orchestration calls, so they never
+    # ask. Required: Codex then holds a prompt until the server is up (an optional one gets ~1 s,
+    # and a first turn would miss handoff/assign), and exits with the cause if it cannot start.
     servers[MCP_SERVER_NAME] = {
-        **mcp_server(ctx),
+        "url": ctx.mcp_url,
+        "env_http_headers": {AGENT_HEADER: MCP_TOKEN_ENV},
         "required": True,
         "startup_timeout_sec": 30,
         "tool_timeout_sec": MCP_TOOL_TIMEOUT_S,
@@ -134,6 +139,12 @@ def overrides(ctx: LaunchContext) -> list[tuple[str, Any]]:
         out.append(("developer_instructions", ctx.system_prompt))
     for name, server in _mcp_servers(ctx).items():
         out.append((f"mcp_servers.{name}", server))
+    # Codex writes its shell's whole environment to $CODEX_HOME/shell_snapshots/*.sh (0644, left
+    # behind when the pane is killed): the credential stays out of the shell, and so out of there.
+    # (Codex itself reads it from its own environment for the MCP header.) The user's list stays.
+    policy = user.get("shell_environment_policy")
+    theirs = policy.get("exclude") if isinstance(policy, Mapping) else None
+    out.append(("shell_environment_policy.exclude", [*(theirs if isinstance(theirs, list) else []), MCP_TOKEN_ENV]))
     hooks = user.get("hooks")
     user_hooks: Mapping[str, Any] = hooks if isinstance(hooks, Mapping) else {}
     out.append(("features.hooks", True))
@@ -335,4 +346,8 @@ PROVIDER = Provider(
     status_from_hook=status_from_hook,
     reply_from_hook=stop_hook_message,
     dialog_keys=dialog_keys,
+    # Codex reaches /mcp itself and lists cao's tools while it starts (a required server: a prompt
+    # typed earlier waits, "Waiting for startup").
+    mcp="http",
+    lists_tools_at_start=True,
 )

@@ -10,6 +10,7 @@ import shutil
 import sys
 from pathlib import Path
 
+from ..agent_credentials import HEADER as AGENT_HEADER
 from .base import LaunchContext
 
 MCP_SERVER_NAME = "cao-mcp-server"
@@ -108,17 +109,18 @@ def hook_url(ctx: LaunchContext) -> str | None:
 
 
 def mcp_server(ctx: LaunchContext) -> dict:
-    """cao-mcp-server as a stdio MCP server entry: command, args and the identity env."""
-    argv = ctx.mcp_server_argv or [sys.executable, "-m", "cli_agent_orchestrator.mcp_server.server"]
-    env = {"CAO_TERMINAL_ID": ctx.terminal_id}
-    for name in (
-        "CAO_API_HOST",
-        "CAO_API_PORT",
-        "CAO_HOME_DIR",
-        "CAO_ENABLE_SENDER_ID_INJECTION",
-        "CAO_ENABLE_WORKING_DIRECTORY",
-        "CAO_MCP_REQUEST_TIMEOUT",
-    ):
+    """cao-mcp-server (the stdio relay to cao-server's /mcp) as a stdio MCP server entry: command,
+    args, and the environment that proves the agent (some CLIs pass their MCP servers only what
+    the entry names). For a CLI that cannot reach an HTTP MCP server."""
+    argv = ctx.mcp_server_argv or [sys.executable, "-m", "cli_agent_orchestrator.mcp_server.relay"]
+    env = {"CAO_TERMINAL_ID": ctx.terminal_id, "CAO_MCP_URL": ctx.mcp_url, "CAO_MCP_TOKEN": ctx.mcp_token}
+    for name in ("CAO_HOME_DIR", "CAO_MCP_RECONNECT_SECONDS"):
         if ctx.environ.get(name):
             env[name] = ctx.environ[name]
-    return {"command": argv[0], "args": argv[1:], "env": env}
+    return {"command": argv[0], "args": argv[1:], "env": {k: v for k, v in env.items() if v}}
+
+
+def mcp_headers(ctx: LaunchContext) -> dict[str, str]:
+    """The header that proves the agent on cao's MCP endpoint (agent_credentials.py). For the
+    CLI's per-terminal config file (0600, removed with the agent), never for its argv."""
+    return {AGENT_HEADER: ctx.mcp_token}

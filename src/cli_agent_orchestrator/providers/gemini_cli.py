@@ -38,6 +38,7 @@ from ._node_settings import (
     read_jsonc,
     tool_limits,
     trim,
+    without_cao_server,
     write_json,
     write_private,
 )
@@ -115,7 +116,7 @@ def build_launch(ctx: LaunchContext) -> Launch:
     user_home = Path(ctx.environ.get("GEMINI_CLI_HOME") or Path.home())
     user_dir = user_home / ".gemini"
     user_settings = read_jsonc(user_dir / "settings.json")
-    settings = merge(user_settings, _overlay(ctx, user_settings))
+    settings = merge(without_cao_server(user_settings), _overlay(ctx, user_settings))
     shadow = own / "gemini-home"
     memory = _context_file_name(settings)
     _link_entries(user_dir, shadow / ".gemini", skip={"settings.json", memory})
@@ -192,6 +193,10 @@ _STATUS_ROW = re.compile(r"\(esc to cancel|\? for shortcuts$|^\s*(\S )?Executing
 _PLACEHOLDER = "Type your message or @path/to/file"
 _BUSY = re.compile(r"^ \S .*\(esc to cancel")  # spinner glyph at column 1: no answer row starts so
 _ANSWER, _ERROR, _CANCELLED = "✦ ", "✕ ", "ℹ Request cancelled."
+# Gemini reports an MCP server's troubles as "✕" rows too, whenever they happen (once the user has
+# used an MCP tool): "✕ MCP ERROR (cao-mcp-server)" when a restarted cao-server cuts the stream its
+# MCP client keeps open. A notice about the connection, not a failed turn (its next call works).
+_MCP_NOTICE = re.compile(r"^✕ (MCP ERROR \(|Error (connecting to|during discovery for) MCP server |Error discovering )")
 _SIGN_IN = ("How would you like to authenticate", "Get started")
 
 
@@ -240,7 +245,7 @@ def read_status(screen: Screen) -> StatusReading:
     else:
         after = len(history) if asked_at is None else asked_at + 1
     tail = trim(history[after:], _STATUS_ROW)
-    failed = next((r for r in tail if r.startswith(_ERROR)), None)
+    failed = next((r for r in tail if r.startswith(_ERROR) and not _MCP_NOTICE.match(r)), None)
     if failed is not None:
         return StatusReading(
             TerminalStatus.ERROR, failed[2:].strip(), composer_has_text=has_text, composer_rows=composer
@@ -267,11 +272,15 @@ PROVIDER = Provider(
     build_launch=build_launch,
     read_status=read_status,
     extract_reply=extract_reply,
-    exit_command="/quit",
+    # With a trailing space: no completion menu. "/quit" opens one, and an Enter that Gemini reads
+    # within its unsafe-paste window (see below) picks the menu's first entry instead of submitting
+    # the text: seen running /clear, in 4 of 5 exits right after start; with the space 5 of 5 quit.
+    exit_command="/quit ",
     startup_timeout=60.0,
     accepts_input_while_busy=False,
     status_from_title=status_from_title,
     dialog_keys=dialog_keys,
+    mcp="http",  # cao's endpoint itself (_node_settings.mcp_servers)
     # Gemini 0.61 turns an Enter into a newline for 40 ms after it has *read* a paste (without the
     # kitty keyboard protocol, which tmux does not offer, a paste is "unsafe": InputPrompt sets
     # recentUnsafePasteTime and clears it with a 40 ms timer; KeypressContext's bufferFastReturn

@@ -3,7 +3,10 @@
 Kiro has no per-launch flags for tools, prompt or MCP servers: `kiro-cli chat --agent NAME`
 reads all of them from this file. Invariant: its `tools` are exactly the profile's resolved
 tool set in Kiro's names (with `--trust-all-tools` Kiro runs those and offers nothing else),
-and only the MCP servers that set names are configured.
+and only the MCP servers that set names are configured. The file is one per profile, shared by
+all its terminals: nothing terminal-specific goes in. cao-mcp-server (the stdio relay to
+cao-server's /mcp) finds the agent's CAO_MCP_URL and CAO_MCP_TOKEN in the environment Kiro starts
+it with, the pane's.
 Field names and types follow Kiro's agent configuration reference (CLI 2.x); `AGENT_FIELDS`
 lists them.
 """
@@ -20,6 +23,10 @@ from .kiro_cli import agent_tools
 # A blocking handoff waits for its worker (up to 3600 s plus cao's margins); Kiro's own
 # default MCP call timeout would cut it off. The reference's value, in milliseconds.
 CAO_MCP_TIMEOUT_MS = 1_200_000
+# Set per terminal in its pane's environment, which the relay inherits through Kiro. A value in the
+# shared file would be one terminal's for all, and a `${NAME}` would reach the relay as written
+# (Kiro expands only variables the user approved in Kiro's settings): either way not this agent's.
+PER_TERMINAL_ENV = ("CAO_TERMINAL_ID", "CAO_MCP_URL", "CAO_MCP_TOKEN")
 
 # Kiro's documented agent fields and their JSON types ("str|null": a string or null).
 AGENT_FIELDS: dict[str, str] = {
@@ -61,6 +68,12 @@ def _servers(profile: AgentProfile, tools: list[str], mcp_server_argv: list[str]
         args = cao.get("args") or []
         if not (isinstance(args, list) and all(isinstance(a, str) for a in args)):
             raise InvalidInput(f"profile {profile.name!r}: mcpServers.{tool_policy.CAO_SERVER}.args must be strings")
+        env = cao.get("env") or {}
+        if fixed := [name for name in PER_TERMINAL_ENV if isinstance(env, dict) and name in env]:
+            raise InvalidInput(
+                f"profile {profile.name!r}: mcpServers.{tool_policy.CAO_SERVER}.env sets {', '.join(fixed)}; "
+                "cao gives each agent its own in its environment, where cao-mcp-server finds it: remove it"
+            )
         # Kiro starts it from its own PATH: the absolute command of this installation instead.
         out[tool_policy.CAO_SERVER] = {
             **cao,

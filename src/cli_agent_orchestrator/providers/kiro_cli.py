@@ -7,8 +7,11 @@ synthesised), never on captured ones.
 
 Launch: `kiro-cli chat --agent-engine v2 [--legacy-ui] --trust-all-tools [--model M]
 --agent <profile>`. The agent (its tools and cao-mcp-server) is the Kiro agent JSON
-that `cao install` writes; CAO_TERMINAL_ID reaches cao-mcp-server through the pane's
-environment. With unrestricted tools the classic line-mode UI starts directly; otherwise
+that `cao install` writes, once per profile. cao's tools: Kiro starts cao-mcp-server, the stdio
+relay to cao-server's /mcp, with its own environment (the pane's), which holds this terminal's
+CAO_MCP_URL and CAO_MCP_TOKEN; the shared agent file names neither. Kiro connects its MCP
+servers as it starts ("N of M mcp servers initialized"), so the agent is ready once the relay has
+listed cao's tools. With unrestricted tools the classic line-mode UI starts directly; otherwise
 the TUI starts, and one that is not ready within the start-up timeout is replaced in its
 window by the line UI (`fallback_launch`; the terminal service tries it once).
 
@@ -265,4 +268,11 @@ PROVIDER = Provider(
     fallback_launch=build_legacy_launch,
     accepts_input_while_busy=False,
     preflight=preflight,
+    # Stdio, through the relay: Kiro's documented MCP format has remote servers with headers, but
+    # Kiro expands a `${VAR}` in its MCP config only for variables approved in the user's own Kiro
+    # settings, which cao does not write (and headers want an undocumented `${env:VAR}`). Its
+    # start-up connects the agent's MCP servers before the prompt (the boot line counts them), so
+    # the relay lists cao's tools then.
+    mcp="stdio",
+    lists_tools_at_start=True,
 )

@@ -8,7 +8,12 @@ Per-terminal settings go in a file under `terminal_dir` named by OPENCODE_CONFIG
 which opencode deep-merges over the user's own `~/.config/opencode/opencode.json`
 (the user's providers, models and login in `~/.local/share/opencode` keep working;
 HOME and the XDG dirs are left alone). It defines the agent (system prompt, model),
-cao-mcp-server, the permission rules and a status plugin.
+cao's tools, the permission rules and a status plugin.
+
+cao's tools: opencode reaches cao-server's MCP endpoint itself (a `remote` server, no relay
+process). The agent's credential stays out of the file: its header reads `{env:CAO_MCP_TOKEN}`,
+which opencode fills in from its own environment (the pane's) as it reads the config. opencode
+lists the tools as it starts, so the agent is ready once it has.
 
 Status: a small JS plugin (PLUGIN below) receives opencode's own events in-process
 and POSTs the few that matter to cao-server's `/terminals/{id}/hooks`. Unlike
@@ -28,9 +33,11 @@ from pathlib import Path
 from typing import Any
 
 from .. import tool_policy
+from ..agent_credentials import ENV_VAR as MCP_TOKEN_ENV
+from ..agent_credentials import HEADER as MCP_TOKEN_HEADER
 from ..models import TerminalStatus
 from .base import Launch, LaunchContext, Provider, Screen, StatusReading
-from .common import MCP_SERVER_NAME, mcp_server, terminal_dir
+from .common import MCP_SERVER_NAME, terminal_dir
 
 # A blocking handoff lasts as long as its worker (up to 3600 s + cao's margin); opencode's
 # default MCP call timeout is about a minute.
@@ -155,7 +162,7 @@ def _permissions(ctx: LaunchContext) -> dict[str, str]:
 
 
 def _mcp(ctx: LaunchContext) -> dict[str, dict]:
-    """cao-mcp-server (carrying this terminal's identity) plus the profile's other servers."""
+    """cao's endpoint (proving this terminal by its credential) plus the profile's other servers."""
     servers: dict[str, dict] = {}
     declared = ctx.profile_extra.get("mcpServers")
     for name, spec in declared.items() if isinstance(declared, Mapping) else []:
@@ -169,11 +176,15 @@ def _mcp(ctx: LaunchContext) -> dict[str, dict]:
                 "command": [str(spec["command"]), *map(str, spec.get("args") or [])],
                 "environment": {str(k): str(v) for k, v in (spec.get("env") or {}).items()},
             }
-    own = mcp_server(ctx)
     servers[MCP_SERVER_NAME] = {
-        "type": "local",
-        "command": [own["command"], *own["args"]],
-        "environment": own["env"],
+        "type": "remote",
+        "url": ctx.mcp_url,
+        # opencode substitutes `{env:NAME}` anywhere in a config it reads: the credential comes
+        # from the pane's environment and is never written into this file.
+        "headers": {MCP_TOKEN_HEADER: f"{{env:{MCP_TOKEN_ENV}}}"},
+        # A refused credential (a terminal deleted meanwhile) must not start opencode's OAuth
+        # discovery and browser login against cao-server.
+        "oauth": False,
         "enabled": True,
         "timeout": MCP_CALL_TIMEOUT_MS,
     }
@@ -394,4 +405,6 @@ PROVIDER = Provider(
     status_from_hook=status_from_hook,
     dialog_keys=dialog_keys,
     raw_history=True,
+    mcp="http",
+    lists_tools_at_start=True,
 )

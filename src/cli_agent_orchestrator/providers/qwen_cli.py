@@ -30,6 +30,7 @@ from ._node_settings import (
     merge,
     read_jsonc,
     tool_limits,
+    without_cao_server,
     write_json,
 )
 from .base import Launch, LaunchContext, Provider, Screen, StatusReading
@@ -75,7 +76,7 @@ def _overlay(ctx: LaunchContext) -> dict:
 def build_launch(ctx: LaunchContext) -> Launch:
     system = _system_path(ctx)
     ours = terminal_dir(ctx) / "qwen-settings.json"
-    write_json(ours, merge(read_jsonc(system), _overlay(ctx)))
+    write_json(ours, merge(without_cao_server(read_jsonc(system)), _overlay(ctx)))
     tools = ctx.allowed_tools or []
     yolo = ctx.yolo or "*" in tools
     argv = ["qwen", "--approval-mode", "yolo" if yolo else "default"]
@@ -189,6 +190,7 @@ PROVIDER = Provider(
     accepts_input_while_busy=False,
     status_from_hook=status_from_hook,
     dialog_keys=dialog_keys,
+    mcp="http",  # cao's endpoint itself (_node_settings.mcp_servers)
     enter_delay_s=0.5,  # at most: like Gemini, Qwen reads an Enter right after a paste as part of it
     enter_after_echo=True,
 )

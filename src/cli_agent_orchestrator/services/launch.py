@@ -34,7 +34,7 @@ def mcp_server_argv() -> list[str]:
     found = shutil.which("cao-mcp-server")
     if found:
         return [found]
-    return [sys.executable, "-m", "cli_agent_orchestrator.mcp_server.server"]
+    return [sys.executable, "-m", "cli_agent_orchestrator.mcp_server.relay"]
 
 
 def write_env_file(path: Path, base: Mapping[str, str], extra: dict[str, str]) -> None:

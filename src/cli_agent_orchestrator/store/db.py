@@ -318,6 +318,7 @@ class Store:
                     hook_secret=hook_secret,
                     worktree=_worktree_json(term.worktree),
                     host=term.host,
+                    workflow_step=term.workflow_step,
                 )
             )
 
@@ -558,6 +559,7 @@ def _terminal(row: Any) -> Terminal:
         last_active=row["last_active"],
         worktree=_worktree(row["worktree"]),
         host=row["host"],
+        workflow_step=row["workflow_step"] if isinstance(row["workflow_step"], dict) else None,
     )
 
 

@@ -45,6 +45,9 @@ terminals = sa.Table(
     sa.Column("worktree", sa.JSON),
     # The registered host it runs on (services/hosts); NULL = this machine.
     sa.Column("host", sa.Text),
+    # A workflow step's agent: {CAO_WORKFLOW_RUN_ID, CAO_WORKFLOW_STEP_ID, CAO_WORKFLOW_GENERATION?},
+    # what its workflow_return is about (cao's MCP endpoint reads it for the caller); NULL = none.
+    sa.Column("workflow_step", sa.JSON),
 )
 
 inbox_messages = sa.Table(
@@ -282,6 +285,10 @@ def _v8_to_v9(conn: sa.Connection) -> None:
     handoffs.create(conn, checkfirst=True)
 
 
+def _v9_to_v10(conn: sa.Connection) -> None:
+    _add_missing_column(conn, terminals, terminals.c.workflow_step)
+
+
 MIGRATIONS: list[Callable[[sa.Connection], None]] = [
     _v0_to_v1,
     _v1_to_v2,
@@ -292,6 +299,7 @@ MIGRATIONS: list[Callable[[sa.Connection], None]] = [
     _v6_to_v7,
     _v7_to_v8,
     _v8_to_v9,
+    _v9_to_v10,
 ]
 LATEST_VERSION = len(MIGRATIONS)
 

@@ -33,7 +33,7 @@ _BANNER = "MockCli ready."
 
 def build_launch(ctx: LaunchContext) -> Launch:
     env = {"CAO_MOCK_PROFILE": ctx.profile_name}
-    if ctx.mcp_server_argv:  # the scripted brain (mock/brain.py) starts cao-mcp-server with this
+    if ctx.mcp_server_argv:  # with `mock: {mcp: stdio}` the mock starts the cao-mcp-server relay so
         env["CAO_MOCK_MCP_COMMAND"] = json.dumps(ctx.mcp_server_argv)
     # Profile frontmatter `mock: {delay_ms: 200, record: /tmp/x}` -> CAO_MOCK_DELAY_MS=200 ...
     # Structured values (`rules: [...]`) travel as JSON. Launch env goes on top of the
@@ -212,4 +212,5 @@ PROVIDER = Provider(
     startup_timeout=15.0,
     accepts_input_while_busy=False,
     status_from_hook=status_from_hook,
+    mcp="http",  # cao's tools over cao-server's /mcp (or `mock: {mcp: stdio}`: through the relay)
 )

@@ -66,11 +66,10 @@ def init() -> None:
 
 @click.command("mcp-server")
 def mcp_server() -> None:
-    """Run the cao MCP server on stdio (what agent CLIs start)."""
-    # Imported here: the MCP stack is heavy and only this command needs it.
-    from ...mcp_server.server import main as serve
+    """Relay cao's agent tools to stdio (for MCP clients that cannot reach cao-server's /mcp)."""
+    from ...mcp_server.relay import main as relay
 
-    serve()
+    relay()
 
 
 @click.command("ops-mcp-server")

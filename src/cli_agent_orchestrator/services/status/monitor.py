@@ -25,6 +25,7 @@ from ...events import (
     Event,
     HookReceived,
     InputSubmitted,
+    McpListed,
     ScreenSnapshot,
     StatusChanged,
     TerminalExited,
@@ -51,6 +52,8 @@ _SIGNAL_DECIDED = (TerminalStatus.PROCESSING, TerminalStatus.COMPLETED, Terminal
 # that is not busy releases it; this bound is the safety net for a screen that never stops
 # reading busy.
 HELD_COMPLETION_LIMIT_S = 2.0
+# The status reason while a ready agent's CLI has not yet listed cao's tools on cao's MCP endpoint.
+TOOLS_PENDING = "its CLI has not yet listed cao's tools on cao's MCP endpoint (/mcp)"
 
 
 @dataclass(frozen=True)
@@ -87,11 +90,19 @@ class StatusMonitor:
         width: int = 220,
         height: int = 50,
         initial: TerminalStatus = TerminalStatus.UNKNOWN,
+        awaiting_tools: bool = False,
     ) -> None:
+        """`awaiting_tools`: the agent is ready only once its CLI has listed cao's tools."""
         self.forget(terminal_id)
         screen = EmulatedScreen(width, height)
         term = WatchedTerminal(
-            terminal_id, provider, screen, pyte.ByteStream(screen), self.request_snapshot, status=initial
+            terminal_id,
+            provider,
+            screen,
+            pyte.ByteStream(screen),
+            self.request_snapshot,
+            status=initial,
+            listings_pending=frozenset(provider.mcp_ready_after) if awaiting_tools else frozenset(),
         )
         self._terms[terminal_id] = term
         term.worker = self.tasks.spawn(self._work(terminal_id, term), f"status:{terminal_id}")
@@ -166,6 +177,7 @@ class StatusMonitor:
                 ScreenSnapshot,
                 HookReceived,
                 TerminalUnreachable,
+                McpListed,
             ),
         ):
             term.queue.append(event)
@@ -225,6 +237,22 @@ class StatusMonitor:
             await self.on_hook(event.terminal_id, event.event, event.payload)
         elif isinstance(event, TerminalUnreachable):
             await self.on_unreachable(event)
+        elif isinstance(event, McpListed):
+            await self.on_mcp_listed(event.terminal_id, event.method)
+
+    async def on_mcp_listed(self, terminal_id: str, method: str) -> None:
+        """The CLI listed one of what it lists at start; once it has all, it has cao's tools and
+        the ready reading it was held at goes out."""
+        term = self._terms.get(terminal_id)
+        if term is None or method not in term.listings_pending:
+            return
+        term.listings_pending = term.listings_pending - {method}
+        if term.listings_pending:
+            return
+        held, term.held_ready = term.held_ready, None
+        if held is not None and not term.exited:
+            status, source, reason = held
+            await self._publish(terminal_id, term, status, source, reason, force=True)
 
     async def on_unreachable(self, event: TerminalUnreachable) -> None:
         """Its host dropped: nothing is known until the connection is back; then the screen,
@@ -397,6 +425,9 @@ class StatusMonitor:
         reason: str,
         force: bool = False,
     ) -> None:
+        if term.listings_pending and status.is_ready:
+            term.held_ready = (status, source, reason)
+            status, source, reason = TerminalStatus.UNKNOWN, "tools", TOOLS_PENDING
         previous = term.status
         if status == previous and reason == term.reason and not force:
             return

@@ -66,6 +66,11 @@ class WatchedTerminal:
     hook_reply: str | None = None  # the current turn's answer as the CLI's turn-end hook gave it
     last_hook: str | None = None  # the hook event of the last hook reading (providers read it)
     rendered: Screen = field(default_factory=lambda: Screen([]))  # the screen last read
+    # What its CLI has yet to list on cao's MCP endpoint before it has cao's tools (McpListed; the
+    # provider's `mcp_ready_after`): a ready reading waits here, and the status says "unknown" with
+    # why, so that nobody types a task into an agent without its tools. Empty: nothing pending.
+    listings_pending: frozenset[str] = frozenset()
+    held_ready: tuple[TerminalStatus, str, str] | None = None  # (status, source, reason)
     # this terminal's facts, in stream order, and the task that applies them
     queue: collections.deque = field(default_factory=collections.deque)
     wake: asyncio.Event = field(default_factory=asyncio.Event)

@@ -27,7 +27,7 @@ from ...store import Store
 from ...tasks import TaskGroup
 from ..input import InputService, valid_key
 from ..launch import sweep_env_files
-from ..status.monitor import StatusMonitor
+from ..status.monitor import TOOLS_PENDING, StatusMonitor
 from ..status.view import TerminalView
 from ..waiting import TerminalVanished, ready_or_stuck, wait_for
 from ..worktrees import Worktrees
@@ -223,6 +223,13 @@ class TerminalService:
             view = self.monitor.view(terminal_id)
             reason = view.reason if view else ""
             await self.delete(terminal_id, never_started=True)
+            if status is None and reason == TOOLS_PENDING:
+                raise WaitTimeout(
+                    f"{term.provider} agent did not become ready within {timeout:.0f}s: its CLI did not connect "
+                    f"to cao's MCP endpoint (/mcp) and list cao's tools (handoff, assign, send_message...), "
+                    f"which its profile gives it; last screen:\n{tail}",
+                    terminal_id,
+                )
             if status is None:
                 raise WaitTimeout(
                     f"{term.provider} agent did not become ready within {timeout:.0f}s; last screen:\n{tail}",

@@ -15,6 +15,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
+from ...agent_credentials import ENV_VAR as MCP_TOKEN_ENV
+from ...agent_credentials import credential_for
+from ...auth_token import ensure_token
 from ...backends.base import HostPlace, TerminalBackend
 from ...errors import InvalidInput, NotFound
 from ...models import MODEL_RE, SAFE_NAME_RE, Terminal, Worktree
@@ -24,7 +27,7 @@ from ...providers.registry import get_provider
 from ...settings import Settings
 from ...store import Store
 from ...store.hosts import HostTables
-from ...tool_policy import ToolSet, resolve_tools
+from ...tool_policy import ToolSet, gives_cao_tools, resolve_tools
 from ..hosts.placement import LOCAL, choose
 from ..hosts.records import check_name
 from ..launch import env_file, env_file_text, mcp_server_argv, pane_command, write_env_file
@@ -37,6 +40,9 @@ log = logging.getLogger(__name__)
 
 MAX_PATH_CHARS = 4096  # PATH_MAX on Linux: longer is never a directory
 HOOK_SECRET_ENV = "CAO_HOOK_SECRET"
+MCP_URL_ENV = "CAO_MCP_URL"  # cao's MCP endpoint as the agent reaches it (the stdio relay reads it)
+MCP_PATH = "/mcp"
+WORKFLOW_STEP_VARS = ("CAO_WORKFLOW_RUN_ID", "CAO_WORKFLOW_STEP_ID", "CAO_WORKFLOW_GENERATION")
 
 
 @dataclass
@@ -118,6 +124,11 @@ def host_environ(place: HostPlace) -> dict[str, str]:
     host's cao home (which holds the token). Nothing of cao-server's own environment goes
     there: the host's login environment is the agent's."""
     return {"CAO_API_HOST": "127.0.0.1", "CAO_API_PORT": str(place.api_port), "CAO_HOME_DIR": place.cao_home}
+
+
+def awaits_tools(provider: Provider, tools: list[str] | None, yolo: bool) -> bool:
+    """An agent given cao's tools, whose CLI lists them as it starts, is ready only once it has."""
+    return provider.mcp != "none" and provider.lists_tools_at_start and gives_cao_tools(tools, yolo)
 
 
 def new_terminal_id() -> str:
@@ -248,6 +259,9 @@ class Spawner:
             f"{profile.name if SAFE_NAME_RE.match(profile.name) else req.agent_profile}-{secrets.token_hex(2)}"
         )
         place = await self.backend.place(host) if host is not None else None
+        # On a host the agent reaches cao-server through the host's forward (host_environ).
+        mcp_url = (self.settings.base_url if place is None else f"http://127.0.0.1:{place.api_port}") + MCP_PATH
+        mcp_token = credential_for(ensure_token(self.settings.auth_token_path), terminal_id)
         async with self._session_lock:
             session = normalise_session_name(req.session_name)
             exists = await self.backend.session_exists(session)
@@ -269,6 +283,8 @@ class Spawner:
                 profile_extra=profile.frontmatter,
                 environ=self.environ if place is None else host_environ(place),
                 hook_channel="fifo" if place is None else "http",
+                mcp_url=mcp_url,
+                mcp_token=mcp_token,
             )
             hook_secret = secrets.token_urlsafe(24)
             launch_file = env_file(self.settings.tmp_dir, terminal_id)
@@ -284,6 +300,7 @@ class Spawner:
                 allowed_tools=ctx.allowed_tools,
                 worktree=worktree,
                 host=host,
+                workflow_step={k: v for k, v in (req.env or {}).items() if k in WORKFLOW_STEP_VARS} or None,
             )
             self.starting.add(terminal_id)
             created = False
@@ -294,6 +311,8 @@ class Spawner:
                     **(req.env or {}),
                     "CAO_TERMINAL_ID": terminal_id,
                     HOOK_SECRET_ENV: hook_secret,
+                    MCP_URL_ENV: mcp_url,
+                    MCP_TOKEN_ENV: mcp_token,
                 }
                 if place is None:
                     write_env_file(launch_file, self.environ, {**agent_env, **launch.env})
@@ -304,7 +323,7 @@ class Spawner:
                     assert host is not None
                     command = await self._stage_on_host(host, place, ctx, {**agent_env, **launch.env}, launch)
                 await self.store.run(self.store.add_terminal, term, None, hook_secret)
-                self.monitor.watch(terminal_id, provider)
+                self.monitor.watch(terminal_id, provider, awaiting_tools=awaits_tools(provider, tools.tools, req.yolo))
                 try:
                     ref = await self.backend.create_window(
                         terminal_id, session, window_name, workdir, command, req.new_session, host=host
@@ -352,7 +371,7 @@ class Spawner:
         launch_file = env_file(self.settings.tmp_dir, terminal_id)
         write_env_file(launch_file, self.environ, {**agent_env, **launch.env})
         self.monitor.forget(terminal_id)
-        self.monitor.watch(terminal_id, provider)
+        self.monitor.watch(terminal_id, provider, awaiting_tools=awaits_tools(provider, ctx.allowed_tools, ctx.yolo))
         await self.backend.respawn(window_id, workdir, pane_command(launch_file, launch))
         return launch.argv
 

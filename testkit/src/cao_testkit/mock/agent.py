@@ -33,6 +33,7 @@ import time
 import tty
 from types import FrameType
 
+from .mcp_caller import list_tools_at_start
 from .screen import (
     ANSWER_PROMPT,
     ERROR_LINE,
@@ -403,6 +404,7 @@ def main() -> int:
         fd_in, fd_out, os.environ.get("CAO_MOCK_PROFILE") or "mock", env_ms("CAO_MOCK_DELAY_MS", 50), record
     )
     _install_brain(agent)
+    list_tools_at_start(os.environ)  # as a real CLI connects its MCP servers while its prompt shows
     try:
         if saved is not None:
             tty.setraw(fd_in)  # also turns off ISIG: Ctrl-C arrives as a byte

@@ -1,8 +1,8 @@
 """A scripted brain for cao-mock-agent: rules that call cao's MCP tools, no model needed.
 
 With a brain the mock can play a supervisor and its workers: on a matching
-input it calls tools through cao-mcp-server (the official MCP client SDK, one
-stdio session per agent process) and folds the results into its reply.
+input it calls cao's tools (mcp_caller.py: cao-server's MCP endpoint over HTTP, or the
+cao-mcp-server relay over stdio) and folds the results into its reply.
 
 Where rules come from (both optional; inline rules are tried first):
 
@@ -52,7 +52,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from .mcp_caller import BrainError, McpToolCaller, mcp_command
+from .mcp_caller import BrainError, McpToolCaller
 
 ToolCaller = Callable[[str, dict[str, Any]], dict[str, Any]]
 Variables = dict[str, "str | list[str]"]
@@ -295,7 +295,7 @@ def brain_from_env(
         rules = load_rules(env)
         if rules is None:
             return None
-        caller = McpToolCaller(mcp_command(env), env, heartbeat)
+        caller = McpToolCaller(env, heartbeat)
     except ValueError as exc:
         reason = f"mock brain: {exc}"
 
