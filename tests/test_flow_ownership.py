@@ -199,7 +199,7 @@ def kill_leftovers(pid_files: list[Path]) -> None:
 
 
 def test_a_gate_past_its_limit_is_killed_with_the_children_it_hid_from_its_process_group(tmp_path: Path):
-    from cli_agent_orchestrator.flows.gate import GateFailed, run_gate
+    from cli_agent_orchestrator.flows.gate_script import GateFailed, run_gate
 
     source, pids = hiding_gate(tmp_path, "sleep 600")
     script = tmp_path / "gate.sh"
@@ -214,7 +214,7 @@ def test_a_gate_past_its_limit_is_killed_with_the_children_it_hid_from_its_proce
 
 
 def test_what_a_gate_leaves_behind_ends_when_it_exits(tmp_path: Path):
-    from cli_agent_orchestrator.flows.gate import run_gate
+    from cli_agent_orchestrator.flows.gate_script import run_gate
 
     source, pids = hiding_gate(tmp_path, """echo '{"execute": false, "output": {}}'""")
     script = tmp_path / "gate.sh"

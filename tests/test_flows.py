@@ -309,7 +309,7 @@ def _gate(tmp_path: Path, source: str) -> str:
 
 
 def test_a_gate_past_its_time_limit_is_stopped_with_its_children(tmp_path: Path):
-    from cli_agent_orchestrator.flows.gate import GateFailed, run_gate
+    from cli_agent_orchestrator.flows.gate_script import GateFailed, run_gate
 
     pid_file = tmp_path / "child.pid"
     script = _gate(tmp_path, f"#!/bin/sh\nsleep 60 &\necho $! > {pid_file}\nwait\n")
@@ -322,7 +322,7 @@ def test_a_gate_past_its_time_limit_is_stopped_with_its_children(tmp_path: Path)
 
 
 def test_a_gate_printing_too_much_is_stopped(tmp_path: Path):
-    from cli_agent_orchestrator.flows.gate import GateFailed, run_gate
+    from cli_agent_orchestrator.flows.gate_script import GateFailed, run_gate
 
     script = _gate(tmp_path, "#!/bin/sh\nexec yes\n")
     with pytest.raises(GateFailed, match="printed more than 1024 KiB"):

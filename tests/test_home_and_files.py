@@ -32,7 +32,7 @@ import pytest
 from conftest import REPO, CaoServer
 from stranger_support import Stranger
 
-from cli_agent_orchestrator.env_file import read_env_values
+from cli_agent_orchestrator.profiles.env_file import read_env_values
 from cli_agent_orchestrator.runtime_dir import MAX_SOCKET_PATH, RECORD_NAME, SOCKET_NAME_ROOM, socket_dir
 
 CAO = str(Path(sys.executable).parent / "cao")
@@ -85,7 +85,7 @@ def test_twenty_concurrent_env_sets_keep_every_name(tmp_path: Path):
 REWRITER = r"""
 import sys
 from pathlib import Path
-from cli_agent_orchestrator.env_file import set_env_value, unset_env_value
+from cli_agent_orchestrator.profiles.env_file import set_env_value, unset_env_value
 home, count = Path(sys.argv[1]), int(sys.argv[2])
 print("started", flush=True)
 for i in range(count):

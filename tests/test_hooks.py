@@ -71,7 +71,7 @@ def test_hook_events_through_http_and_cao_hook_command(cao: CaoServer):
     # The stdlib hook command, as a CLI would run it: JSON on stdin, identity and secret from the env.
     env = {**cao.env, "CAO_TERMINAL_ID": tid, "CAO_HOOK_SECRET": cao.hook_secret(tid)}
     proc = subprocess.run(
-        [sys.executable, "-m", "cli_agent_orchestrator.hook", "Stop"],
+        [sys.executable, "-m", "cli_agent_orchestrator.cli.cao_hook", "Stop"],
         input=json.dumps({"hook_event_name": "Stop"}),
         text=True,
         env=env,
@@ -131,7 +131,7 @@ def test_hook_command_never_fails_the_cli(tmp_path):
     env = {k: v for k, v in os.environ.items() if k != "CAO_TERMINAL_ID"}
     for extra in ({}, {"CAO_TERMINAL_ID": "deadbeef", "CAO_API_PORT": "1"}):
         proc = subprocess.run(
-            [sys.executable, "-m", "cli_agent_orchestrator.hook", "Stop"],
+            [sys.executable, "-m", "cli_agent_orchestrator.cli.cao_hook", "Stop"],
             input="not json",
             text=True,
             env={**env, **extra},

@@ -23,8 +23,8 @@ import httpx
 import pytest
 from conftest import CaoServer
 
-from cli_agent_orchestrator.env_file import ENV_LOCK_NAME
-from cli_agent_orchestrator.profile_fetch import MAX_PROFILE_BYTES, _raw_github
+from cli_agent_orchestrator.profiles.env_file import ENV_LOCK_NAME
+from cli_agent_orchestrator.profiles.fetch import MAX_PROFILE_BYTES, _raw_github
 
 CAO = str(Path(sys.executable).parent / "cao")
 PROVIDERS = ("kiro_cli", "claude_code", "codex", "gemini_cli", "qwen_cli", "opencode_cli", "mock_cli")

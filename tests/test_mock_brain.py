@@ -283,7 +283,12 @@ def _inbox(cao: CaoServer, tid: str) -> list[dict]:
 
 
 def _last(cao: CaoServer, tid: str) -> str:
-    return cao.client.get(f"/terminals/{tid}/output", params={"mode": "last"}).json()["output"]
+    """The last reply, or "" while the agent has none yet (409: it is still working on it)."""
+    resp = cao.client.get(f"/terminals/{tid}/output", params={"mode": "last"})
+    if resp.status_code == 409:
+        return ""
+    assert resp.status_code == 200, resp.text
+    return resp.json()["output"]
 
 
 @pytest.mark.skipif(shutil.which("tmux") is None, reason="tmux not installed")

@@ -9,7 +9,6 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import hmac
-import inspect
 import json
 import os
 import shutil
@@ -383,8 +382,11 @@ NOT_FOR_PLUGINS = {
 
 def test_every_event_is_mapped_to_a_hook_or_deliberately_left_out() -> None:
     abstract = (events.Event, events.WorkflowEvent, events.StepEvent)
-    for name, cls in inspect.getmembers(events, inspect.isclass):
-        if not issubclass(cls, events.Event) or cls.__module__ != events.__name__ or cls in abstract:
+    every = [getattr(events, name) for name in events.__all__]
+    assert len(every) > 40  # the whole package, not a few of its modules
+    for cls in every:
+        name = cls.__name__
+        if not issubclass(cls, events.Event) or cls in abstract:
             continue
         sample = cls(**{f.name: None for f in dataclasses.fields(cls) if f.init})
         assert (describe(sample) is None) == (name in NOT_FOR_PLUGINS), f"{name}: map it in plugins/dispatch.py"

@@ -14,11 +14,11 @@ from pathlib import Path
 import pytest
 from screen_fixtures import ScreenFixtures
 
-from cli_agent_orchestrator import tool_policy
 from cli_agent_orchestrator.errors import InvalidInput
-from cli_agent_orchestrator.profiles import load_profile
-from cli_agent_orchestrator.providers import kiro_agent
+from cli_agent_orchestrator.profiles import kiro_agent, roles
+from cli_agent_orchestrator.profiles.loading import load_profile
 from cli_agent_orchestrator.providers import kiro_cli as kiro
+from cli_agent_orchestrator.providers import tool_names
 from cli_agent_orchestrator.providers.base import LaunchContext, Screen
 from cli_agent_orchestrator.providers.registry import get_provider
 
@@ -119,7 +119,7 @@ def test_launch_names_the_agent_cao_install_writes_with_the_same_tool_set(tmp_pa
     store.mkdir()
     (store / "free.md").write_text("---\nname: free\nallowedTools: ['*']\n---\nAnything.\n", encoding="utf-8")
     loaded = load_profile(tmp_path, profile)
-    tools = tool_policy.resolve_tools(tmp_path, loaded.name, loaded.allowed_tools, loaded.role, loaded.mcp_servers)
+    tools = roles.resolve_tools(tmp_path, loaded.name, loaded.allowed_tools, loaded.role, loaded.mcp_servers)
     document = kiro_agent.agent_document(loaded, tools.tools, ["/opt/cao/bin/cao-mcp-server"])
     argv = kiro.build_launch(context(profile_name=profile, allowed_tools=tools.tools)).argv
     assert argv[argv.index("--agent") + 1] == document["name"] == profile
@@ -130,7 +130,7 @@ def test_launch_names_the_agent_cao_install_writes_with_the_same_tool_set(tmp_pa
     # One file for every terminal of the profile: the relay takes the agent's endpoint and
     # credential from the environment Kiro gives it, so the file names neither.
     assert not {"env", "url", "headers"} & set(cao), cao
-    assert tool_policy.ENFORCEMENT["kiro_cli"] == "hard"
+    assert tool_names.ENFORCEMENT["kiro_cli"] == "hard"
 
 
 def test_kiro_reaches_cao_tools_through_the_relay_listed_at_start():
@@ -147,7 +147,7 @@ def test_a_profile_that_pins_a_per_terminal_variable_for_cao_mcp_server_is_refus
         encoding="utf-8",
     )
     loaded = load_profile(tmp_path, "pinned")
-    tools = tool_policy.resolve_tools(tmp_path, loaded.name, loaded.allowed_tools, loaded.role, loaded.mcp_servers)
+    tools = roles.resolve_tools(tmp_path, loaded.name, loaded.allowed_tools, loaded.role, loaded.mcp_servers)
     with pytest.raises(InvalidInput, match=f"env sets {name}; cao gives each agent its own"):
         kiro_agent.agent_document(loaded, tools.tools, ["/opt/cao/bin/cao-mcp-server"])
 

@@ -66,7 +66,7 @@ def run_hook(server: CaoServer, env: dict[str, str], terminal_id: str, event: st
     if hasattr(server, "hook_secret"):
         identity["CAO_HOOK_SECRET"] = server.hook_secret(terminal_id)
     proc = subprocess.run(
-        [sys.executable, "-m", "cli_agent_orchestrator.hook", event],
+        [sys.executable, "-m", "cli_agent_orchestrator.cli.cao_hook", event],
         input="{}",
         text=True,
         env={**env, **identity},

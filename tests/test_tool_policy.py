@@ -1,6 +1,6 @@
 """Roles and the tool vocabulary (issue 11): one table, role defaults, user roles, bad input.
 
-Units run against tool_policy and the providers' build_launch (mock_cli ignores tools); the API
+Units run against the tool vocabulary (providers/tool_names.py), the roles (profiles/roles.py) and the providers' build_launch (mock_cli ignores tools); the API
 tests run a real cao-server: a bad role or tool is a 400 naming it, with nothing created.
 """
 
@@ -12,10 +12,10 @@ from pathlib import Path
 import pytest
 from conftest import CaoServer
 
-from cli_agent_orchestrator import tool_policy
 from cli_agent_orchestrator.errors import InvalidInput
-from cli_agent_orchestrator.profiles import parse_profile
-from cli_agent_orchestrator.providers import claude_code, codex, kiro_cli, opencode_cli
+from cli_agent_orchestrator.profiles import roles
+from cli_agent_orchestrator.profiles.loading import parse_profile
+from cli_agent_orchestrator.providers import claude_code, codex, kiro_cli, opencode_cli, tool_names
 from cli_agent_orchestrator.providers.base import LaunchContext
 
 DEVELOPER = ["@builtin", "fs_*", "execute_bash", "web_fetch", "@cao-mcp-server"]
@@ -23,41 +23,41 @@ DEVELOPER = ["@builtin", "fs_*", "execute_bash", "web_fetch", "@cao-mcp-server"]
 
 # --- the table ------------------------------------------------------------------------------
 def test_every_vocabulary_entry_maps_for_every_provider_or_says_it_cannot():
-    for entry, row in tool_policy.TABLE.items():
-        assert set(row) == set(tool_policy.PROVIDERS), entry
+    for entry, row in tool_names.TABLE.items():
+        assert set(row) == set(tool_names.PROVIDERS), entry
         for provider, cell in row.items():
             assert cell is None or (isinstance(cell, tuple) and cell and all(cell)), (entry, provider)
-    assert set(tool_policy.ENFORCEMENT) == set(tool_policy.PROVIDERS)
-    assert set(tool_policy.ENFORCEMENT.values()) <= {"hard", "partial", "none"}
+    assert set(tool_names.ENFORCEMENT) == set(tool_names.PROVIDERS)
+    assert set(tool_names.ENFORCEMENT.values()) <= {"hard", "partial", "none"}
 
 
 def test_names_in_each_cli():
-    assert tool_policy.names("claude_code", ["fs_read", "@docs", "@docs/search", "*"]) == [
+    assert tool_names.names("claude_code", ["fs_read", "@docs", "@docs/search", "*"]) == [
         "Read",
         "Grep",
         "mcp__docs",
         "mcp__docs__search",
     ]
-    assert tool_policy.names("codex", ["fs_read", "fs_list"]) == ["read-only"]
-    assert "workspace-write" in tool_policy.names("codex", ["execute_bash"])
-    assert tool_policy.names("gemini_cli", ["fs_write"]) == ["write_file", "replace"]
-    assert tool_policy.names("qwen_cli", ["fs_write"]) == ["write_file", "edit"]
-    assert tool_policy.names("opencode_cli", ["execute_bash", "@docs"]) == ["bash", "docs_*"]
-    assert tool_policy.names("kiro_cli", ["fs_*", "@docs", "discovery"]) == ["fs_read", "fs_write", "@docs"]
+    assert tool_names.names("codex", ["fs_read", "fs_list"]) == ["read-only"]
+    assert "workspace-write" in tool_names.names("codex", ["execute_bash"])
+    assert tool_names.names("gemini_cli", ["fs_write"]) == ["write_file", "replace"]
+    assert tool_names.names("qwen_cli", ["fs_write"]) == ["write_file", "edit"]
+    assert tool_names.names("opencode_cli", ["execute_bash", "@docs"]) == ["bash", "docs_*"]
+    assert tool_names.names("kiro_cli", ["fs_*", "@docs", "discovery"]) == ["fs_read", "fs_write", "@docs"]
     with pytest.raises(InvalidInput, match="'Bash'"):
-        tool_policy.names("claude_code", ["Bash"])
+        tool_names.names("claude_code", ["Bash"])
 
 
 def test_refused_builtins_are_what_the_set_leaves_out():
-    refused = tool_policy.refused_builtins("claude_code", ["fs_read", "fs_list", "@cao-mcp-server"])
+    refused = tool_names.refused_builtins("claude_code", ["fs_read", "fs_list", "@cao-mcp-server"])
     assert {"Bash", "Write", "Edit", "WebFetch"} <= set(refused) and not {"Read", "Grep", "Glob", "LS"} & set(refused)
-    assert tool_policy.refused_builtins("claude_code", DEVELOPER) == []
-    assert tool_policy.refused_builtins("gemini_cli", ["*"]) == []
+    assert tool_names.refused_builtins("claude_code", DEVELOPER) == []
+    assert tool_names.refused_builtins("gemini_cli", ["*"]) == []
 
 
 # --- resolution -----------------------------------------------------------------------------
 def test_resolution_explicit_then_role_then_developer(tmp_path: Path):
-    resolve = tool_policy.resolve_tools
+    resolve = roles.resolve_tools
     explicit = resolve(tmp_path, "p", ["fs_read"], "supervisor")
     assert (explicit.tools, explicit.source) == (["fs_read"], "allowedTools")
     assert resolve(tmp_path, "p", None, "supervisor").tools == ["@cao-mcp-server", "fs_read", "fs_list"]
@@ -68,22 +68,22 @@ def test_resolution_explicit_then_role_then_developer(tmp_path: Path):
 
 def test_user_defined_roles_come_from_settings_json(tmp_path: Path):
     (tmp_path / "settings.json").write_text(json.dumps({"roles": {"auditor": ["fs_read", "@cao-mcp-server"]}}))
-    assert tool_policy.resolve_tools(tmp_path, "p", None, "auditor").tools == ["fs_read", "@cao-mcp-server"]
+    assert roles.resolve_tools(tmp_path, "p", None, "auditor").tools == ["fs_read", "@cao-mcp-server"]
     (tmp_path / "settings.json").write_text(json.dumps({"roles": {"auditor": ["fs_read", "rm_rf"]}}))
     with pytest.raises(InvalidInput, match="role 'auditor' in settings.json: unknown tool 'rm_rf'"):
-        tool_policy.resolve_tools(tmp_path, "p", None, "auditor")
+        roles.resolve_tools(tmp_path, "p", None, "auditor")
     (tmp_path / "settings.json").write_text(json.dumps({"roles": ["auditor"]}))
     with pytest.raises(InvalidInput, match="roles must map"):
-        tool_policy.resolve_tools(tmp_path, "p", None, "auditor")
+        roles.resolve_tools(tmp_path, "p", None, "auditor")
 
 
 def test_unknown_role_and_tool_are_named(tmp_path: Path):
     with pytest.raises(InvalidInput, match="profile 'p': unknown role 'boss'"):
-        tool_policy.resolve_tools(tmp_path, "p", None, "boss")
+        roles.resolve_tools(tmp_path, "p", None, "boss")
     with pytest.raises(InvalidInput, match="profile 'p': unknown tool 'shell'"):
-        tool_policy.resolve_tools(tmp_path, "p", ["fs_read", "shell"], None)
+        roles.resolve_tools(tmp_path, "p", ["fs_read", "shell"], None)
     with pytest.raises(InvalidInput, match="role must be a string"):
-        tool_policy.resolve_tools(tmp_path, "p", None, parse_profile("---\nrole: [a]\n---\n", "p", "t").role)
+        roles.resolve_tools(tmp_path, "p", None, parse_profile("---\nrole: [a]\n---\n", "p", "t").role)
     assert parse_profile("---\nrole: reviewer\n---\n", "p", "t").role == "reviewer"
 
 
@@ -102,7 +102,7 @@ def _ctx(tmp_path: Path, tools: list[str] | None, **kw) -> LaunchContext:
 
 def test_no_role_no_tools_gets_developer_in_claude_code_and_codex(tmp_path: Path):
     profile = parse_profile("---\nname: plain\n---\nHi.\n", "plain", "t")
-    tools = tool_policy.resolve_tools(tmp_path, profile.name, profile.allowed_tools, profile.role)
+    tools = roles.resolve_tools(tmp_path, profile.name, profile.allowed_tools, profile.role)
     ctx = _ctx(tmp_path, tools.tools)
     # Claude: the developer set runs without asking, nothing of the builtins is refused.
     rules = claude_code.permissions(ctx)
@@ -112,7 +112,7 @@ def test_no_role_no_tools_gets_developer_in_claude_code_and_codex(tmp_path: Path
 
 
 def test_supervisor_role_is_refused_writes_and_shell(tmp_path: Path):
-    tools = tool_policy.resolve_tools(tmp_path, "s", None, "supervisor")
+    tools = roles.resolve_tools(tmp_path, "s", None, "supervisor")
     extra = {"mcpServers": {"docs": {"command": "docs"}}}
     rules = claude_code.permissions(_ctx(tmp_path, tools.tools, profile_extra=extra))
     assert rules["allow"] == ["mcp__cao-mcp-server", "Read", "Grep", "Glob", "LS"]
@@ -132,7 +132,7 @@ def test_the_set_runs_without_asking_and_yolo_is_unrestricted(tmp_path: Path):
 
 def test_yolo_is_unrestricted_whatever_the_set(tmp_path: Path):
     """--yolo means unrestricted: neither a role's defaults nor a set the profile names narrow it."""
-    developer = list(tool_policy.ROLE_DEFAULTS["developer"])
+    developer = list(roles.ROLE_DEFAULTS["developer"])
     for tools in (developer, ["fs_read"]):
         rules = opencode_cli._permissions(_ctx(tmp_path, tools, yolo=True))
         assert rules["*"] == "allow" and "bash" not in rules

@@ -12,7 +12,7 @@ from cli_agent_orchestrator.bus import EventBus, topic_matches
 from cli_agent_orchestrator.errors import InvalidInput, NotFound
 from cli_agent_orchestrator.events import StatusChanged, TerminalOutput
 from cli_agent_orchestrator.models import TerminalStatus
-from cli_agent_orchestrator.profiles import load_profile, parse_profile
+from cli_agent_orchestrator.profiles.loading import load_profile, parse_profile
 from cli_agent_orchestrator.services.input import neutralise, valid_key
 from cli_agent_orchestrator.settings import Settings
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from cli_agent_orchestrator.workflows import gate
+from cli_agent_orchestrator.workflows import resume_gate as gate
 from cli_agent_orchestrator.workflows.records import StepErrorKind, StepRecord, StepState
 
 FP = gate.fingerprint(

@@ -29,7 +29,7 @@ from .services.logs import LogWriter
 from .services.orchestration import OrchestrationService
 from .services.sessions import SessionService
 from .services.status.monitor import StatusMonitor
-from .services.terminals.hook_channel import HookChannel
+from .services.terminals.cli_hooks import CliHookChannel
 from .services.terminals.service import TerminalService
 from .services.worker_questions import QuestionWatch
 from .settings import Settings
@@ -62,14 +62,14 @@ class Runtime:
     backend: TerminalBackend
     monitor: StatusMonitor
     logs: LogWriter
-    typing: InputService
+    input: InputService  # what types into the agents (paste, keys, a verified submit)
     terminals: TerminalService
     sessions: SessionService
     inbox: InboxService
     orchestration: OrchestrationService
     step_gate: ScriptStepGate
     workflows: WorkflowService
-    hooks: HookChannel  # the CLIs' command hooks (POST /terminals/{id}/hooks is the other way in)
+    cli_hooks: CliHookChannel  # the CLIs' command hooks (POST /terminals/{id}/hooks is the other way in)
     plugins: PluginDispatcher  # the enabled plugins, each fed from the bus in its own task
     flows: FlowService  # scheduled flows: their timer starts with the runtime
     hosts: HostService  # the hosts agents may run on, and cao's ssh connections to them
@@ -78,7 +78,7 @@ class Runtime:
         wire_consumers(self)
         self.plugins.start()
         self.bus.start()
-        await self.hooks.start()  # before adoption: surviving agents' hooks are read from here on
+        await self.cli_hooks.start()  # before adoption: surviving agents' hooks are read from here on
         await self.backend.start()
         result = await self.terminals.adopt_all()
         if result["adopted"] or result["gone"]:
@@ -93,7 +93,7 @@ class Runtime:
         await self.flows.stop()
         await self.hosts.stop()
         await self.workflows.shutdown()
-        await self.hooks.stop()
+        await self.cli_hooks.stop()
         await self.inbox.stop()
         await self.logs.flush()
         await self.backend.stop()
@@ -147,11 +147,11 @@ def build_runtime(settings: Settings | None = None) -> Runtime:
     hosts.connection_of, hosts.disconnect = backend.host_health, backend.disconnect
     monitor = StatusMonitor(bus, store, tasks, backend.request_snapshot)
     logs = LogWriter(settings.terminal_logs_dir, tasks)
-    typing = InputService(backend, bus, monitor)
-    terminals = TerminalService(settings, store, bus, backend, monitor, typing, tasks, dict(os.environ))
+    input_service = InputService(backend, bus, monitor)
+    terminals = TerminalService(settings, store, bus, backend, backend, monitor, input_service, tasks, dict(os.environ))
     sessions = SessionService(backend, terminals)
-    hooks = HookChannel(settings.tmp_dir, terminals, bus, tasks.spawn)
-    inbox = InboxService(settings, store, bus, terminals, monitor, typing, tasks)
+    cli_hooks = CliHookChannel(settings.tmp_dir, terminals, bus, tasks.spawn)
+    inbox = InboxService(settings, store, bus, terminals, monitor, input_service, tasks)
     questions = QuestionWatch(bus, monitor, terminals, inbox, settings.handoff_grace)
     jobs = HandoffJobs(store, HandoffTables(store.engine), terminals, inbox, bus)
     orchestration = OrchestrationService(bus, monitor, terminals, inbox, questions, jobs, tasks.spawn)
@@ -192,14 +192,14 @@ def build_runtime(settings: Settings | None = None) -> Runtime:
         backend,
         monitor,
         logs,
-        typing,
+        input_service,
         terminals,
         sessions,
         inbox,
         orchestration,
         step_gate,
         workflows,
-        hooks,
+        cli_hooks,
         PluginDispatcher(load_plugins(settings.home_dir)),
         flows,
         hosts,

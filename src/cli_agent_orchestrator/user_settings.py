@@ -43,7 +43,7 @@ def extra_profile_dirs(home: Path) -> list[Path]:
 
 def user_roles(home: Path) -> dict[str, list[str]]:
     """`roles`: `{name: [tool, …]}`, user-defined roles (checked against the vocabulary by
-    `tool_policy`); a role named like a built-in one replaces it."""
+    `profiles/roles.py`); a role named like a built-in one replaces it."""
     raw = _read(home).get("roles", {})
     if not isinstance(raw, dict) or not all(
         isinstance(name, str) and name and isinstance(tools, list) and all(isinstance(t, str) for t in tools)

@@ -20,16 +20,19 @@ from ..mcp_server.endpoint import McpEndpoint
 from ..settings import Settings
 from ..web.logins import Logins
 from ..web.static import mount_page
-from .actor import ActorMiddleware
+from .actor_middleware import ActorMiddleware
 from .auth import OwnerOrToken
 from .errors import EVERY_ROUTE, install_error_handlers
 from .events_stream import router as events_router
 from .flow_routes import router as flow_router
+from .hook_routes import router as hook_router
 from .host_routes import router as host_router
+from .inbox_routes import router as inbox_router
 from .limits import BodySizeLimit
 from .profile_routes import router as profile_router
 from .routes import router
 from .security import RequestGate, cors_origins
+from .step_routes import router as step_router
 from .terminal_ws import router as terminal_ws_router
 from .ui_routes import router as ui_router
 from .workflow_routes import router as workflow_router
@@ -110,6 +113,9 @@ def create_app(settings: Settings | None = None, runtime: Runtime | None = None)
         }
 
     app.include_router(router)
+    app.include_router(inbox_router)
+    app.include_router(hook_router)
+    app.include_router(step_router)
     app.include_router(workflow_router)
     app.include_router(flow_router)
     app.include_router(host_router)

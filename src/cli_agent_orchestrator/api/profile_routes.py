@@ -11,9 +11,9 @@ from fastapi import APIRouter, Path, Request
 from pydantic import BaseModel, ConfigDict, Field
 
 from ..models import SAFE_NAME_RE
-from ..profile_catalog import catalog, details, find_entry, summary
-from ..profile_install import InstallConfig, install_profile
-from ..services.launch import mcp_server_argv
+from ..profiles.catalog import catalog, details, find_entry, summary
+from ..profiles.install import InstallConfig, install_profile
+from ..services.terminals.launch_file import mcp_server_argv
 from .errors import EVERY_ROUTE, answers
 from .limits import StrictJsonRoute
 from .schemas import json_pattern, refused, stated

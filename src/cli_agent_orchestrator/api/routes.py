@@ -1,4 +1,6 @@
-"""HTTP routes for sessions, terminals and inboxes (seed 001, core contract).
+"""HTTP routes for sessions, terminals and providers (seed 001, core contract); the inbox, the
+CLIs' hooks and the one-call agent step have routes of their own (inbox_routes.py,
+hook_routes.py, step_routes.py) and share this module's parameter types.
 
 Message text travels in JSON bodies; the query-string form (`?message=`) is
 kept for compatibility with older clients.
@@ -8,20 +10,14 @@ from __future__ import annotations
 
 import os
 import shutil
-from typing import Annotated, Literal
+from typing import Annotated
 
-from fastapi import APIRouter, Body, Header, Path, Query, Request, status
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from fastapi import APIRouter, Body, Path, Query, Request, status
 
-from ..errors import InvalidInput, Unprocessable
-from ..events import HookReceived
-from ..models import MessageStatus, OrchestrationType
+from ..errors import InvalidInput
+from ..models import OrchestrationType
 from ..providers.registry import get_provider, provider_names
-from ..services.orchestration import StepRequest
-from ..services.terminals.engines import terminal_engine
 from ..services.terminals.spawn import CreateRequest
-from ..workflows.script_steps import parse_identity
-from ..workflows.step_execution import GENERATION_VAR, IDENTITY_VARS, RUN_ID_VAR, STEP_ID_VAR
 from .errors import EVERY_ROUTE, answers
 from .limits import StrictJsonRoute
 from .schemas import (
@@ -31,14 +27,10 @@ from .schemas import (
     MAX_NAME,
     MAX_PATH,
     MAX_TEXT,
-    MESSAGE_STATUS,
     MODEL_NAME,
     NEW_SESSION_NAME,
     PROFILE_NAME,
     SESSION_NAME,
-    WORKFLOW_NAME,
-    InboxMessageOut,
-    InboxPost,
     InitialMessage,
     InputBody,
     KeyBody,
@@ -46,9 +38,7 @@ from .schemas import (
     SessionBody,
     TerminalOut,
     WorktreeOut,
-    given,
     refused,
-    stated,
 )
 
 router = APIRouter(route_class=StrictJsonRoute, responses=EVERY_ROUTE)
@@ -328,186 +318,3 @@ async def delete_terminal(request: Request, terminal_id: TerminalId) -> dict:
 @router.post("/terminals/{terminal_id}/restore", responses=ABOUT_ONE)
 async def restore_terminal(request: Request, terminal_id: TerminalId) -> dict:
     return await rt(request).terminals.restore(terminal_id)
-
-
-# --- CLI hooks ----------------------------------------------------------------------
-HOOK_EVENT_PATTERN = r"^[A-Za-z0-9_.:-]+$"
-
-
-class HookBody(BaseModel):
-    """cao-hook's `{"event", "payload"}`, or a CLI's own hook JSON as an HTTP hook posts it
-    (Claude Code's `"type": "http"` hooks: the event in `hook_event_name`, the JSON its payload)."""
-
-    # The model validator's rule, stated: one of the two names the event.
-    model_config = ConfigDict(
-        extra="allow",
-        json_schema_extra={
-            "anyOf": [
-                {"required": [name], "properties": {name: {"type": "string"}}} for name in ("event", "hook_event_name")
-            ]
-        },
-    )
-    event: str | None = Field(None, min_length=1, max_length=64, pattern=HOOK_EVENT_PATTERN)
-    payload: dict | None = None
-    hook_event_name: str | None = Field(None, min_length=1, max_length=64, pattern=HOOK_EVENT_PATTERN)
-
-    @model_validator(mode="after")
-    def _names_an_event(self) -> HookBody:
-        if self.event is None and self.hook_event_name is None:
-            raise ValueError("a hook needs `event` (cao-hook's form) or `hook_event_name` (a CLI's own hook JSON)")
-        return self
-
-    def event_and_payload(self) -> tuple[str, dict]:
-        if self.event is not None:
-            return self.event, self.payload or {}
-        assert self.hook_event_name is not None
-        return self.hook_event_name, self.model_dump(exclude={"event"}, exclude_none=True)
-
-
-@router.post("/terminals/{terminal_id}/hooks", responses=ABOUT_ONE)
-async def post_hook(
-    request: Request,
-    terminal_id: TerminalId,
-    body: HookBody,
-    x_cao_hook_secret: Annotated[str | None, Header(max_length=128)] = None,
-) -> dict:
-    """A CLI's own hook event, with the terminal's secret (header `X-CAO-Hook-Secret`, from
-    CAO_HOOK_SECRET in the agent's environment; 403 without it): sent by `cao-hook`, or by a
-    CLI's HTTP hook. The providers' hooks use the hook channel (services/terminals/hook_channel.py),
-    which takes the same two steps. The status monitor alone decides what an event means, in
-    order with the input before it."""
-    runtime = rt(request)
-    await runtime.terminals.check_hook_secret(terminal_id, x_cao_hook_secret)
-    event, payload = body.event_and_payload()
-    runtime.bus.publish(HookReceived(terminal_id, event, payload))
-    return {"success": True}
-
-
-# --- inbox --------------------------------------------------------------------------
-@router.post(
-    "/terminals/{terminal_id}/inbox/messages",
-    responses={
-        **ABOUT_ONE,
-        **refused("the message or `sender_id` in neither the JSON body nor the query, a message to its sender"),
-    },
-)
-async def post_inbox_message(
-    request: Request,
-    terminal_id: TerminalId,
-    sender_id: Annotated[str | None, Query(max_length=128)] = None,
-    message: Annotated[str | None, Query(max_length=MAX_TEXT)] = None,
-    body: Annotated[InboxPost | None, Body()] = None,
-) -> dict:
-    text = _text(body.message if body else None, message)
-    sender = body.sender_id if body else sender_id
-    if not sender:
-        raise InvalidInput("sender_id is required")
-    msg = await rt(request).inbox.post(terminal_id, sender, text)
-    return {
-        "success": True,
-        "message_id": msg.id,
-        "sender_id": msg.sender_id,
-        "receiver_id": msg.receiver_id,
-        "created_at": msg.created_at,
-    }
-
-
-@router.get("/terminals/{terminal_id}/inbox/messages", response_model=list[InboxMessageOut], responses=ABOUT_ONE)
-async def list_inbox_messages(
-    request: Request,
-    terminal_id: TerminalId,
-    limit: Annotated[int, Query(ge=1, le=1000)] = 10,
-    status: Annotated[str | None, Query(max_length=16, json_schema_extra=MESSAGE_STATUS)] = None,
-) -> list[InboxMessageOut]:
-    wanted = None
-    if status is not None:
-        try:
-            wanted = MessageStatus(status)
-        except ValueError:
-            raise InvalidInput(f"invalid status {status!r}: use pending, delivering, delivered or failed") from None
-    return [InboxMessageOut.of(m) for m in await rt(request).inbox.list(terminal_id, wanted, limit)]
-
-
-# --- one agent step (MCP handoff, workflow steps) --------------------------------------
-_STEP_ID = {"type": "string", "pattern": WORKFLOW_NAME["pattern"]}
-STEP_IDENTITY = stated(
-    required=list(IDENTITY_VARS),
-    additionalProperties=False,
-    properties={
-        RUN_ID_VAR: _STEP_ID,
-        GENERATION_VAR: {"type": "string", "pattern": "^[0-9]{1,12}$"},
-        STEP_ID_VAR: _STEP_ID,
-    },
-)
-
-
-class RunStepBody(BaseModel):
-    """One agent step. With `env_vars` (a workflow step's identity) the call goes through
-    the workflow journal and the resume gate; without, it simply runs."""
-
-    # run_step's rules, stated: what a reused terminal cannot be combined with.
-    model_config = ConfigDict(
-        extra="forbid",
-        json_schema_extra={
-            "not": {
-                "anyOf": [
-                    {"allOf": given("env_vars", "reuse_terminal_id")},
-                    {"allOf": given("host", "reuse_terminal_id")},
-                    {
-                        "allOf": [
-                            {"required": ["use_worktree"], "properties": {"use_worktree": {"const": True}}},
-                            *given("reuse_terminal_id"),
-                        ]
-                    },
-                ]
-            }
-        },
-    )
-    provider: str | None = Field(None, max_length=MAX_NAME)
-    agent: str = Field(..., min_length=1, max_length=64, json_schema_extra=PROFILE_NAME)
-    prompt: str = Field(..., min_length=1, max_length=MAX_TEXT)
-    session_name: str | None = Field(None, max_length=MAX_NAME, json_schema_extra=NEW_SESSION_NAME)
-    teardown: bool = True
-    timeout: float = Field(600.0, gt=0, le=86400, allow_inf_nan=False)
-    working_directory: str | None = Field(None, max_length=MAX_PATH)
-    caller_id: str | None = Field(None, pattern=r"^[a-f0-9]{8}$")
-    allowed_tools: list[Annotated[str, Field(max_length=MAX_PATH)]] | None = Field(None, max_length=256)
-    model: str | None = Field(None, max_length=MAX_NAME, json_schema_extra=MODEL_NAME)
-    # Checked by parse_identity (422), values never echoed.
-    env_vars: dict[str, object] | None = Field(None, json_schema_extra=STEP_IDENTITY)
-    recovery: Literal["idempotent", "reconcile", "manual"] | None = None
-    reuse_terminal_id: str | None = Field(None, pattern=r"^[a-f0-9]{8}$")
-    use_worktree: bool = False
-    engine: str | None = Field(None, max_length=MAX_NAME)  # checked by the spawner: 400, not 422
-    host: str | None = Field(None, pattern=HOST_PATTERN, description=HOST_DESCRIPTION)
-
-
-@router.post("/terminals/run-step", responses={**CREATES, **answers(409), **refused(SPAWN_REFUSALS)})
-async def run_step(request: Request, body: RunStepBody) -> dict:
-    fields = body.model_dump(exclude={"env_vars", "recovery"})
-    if body.use_worktree and body.reuse_terminal_id is not None:
-        raise InvalidInput(
-            "use_worktree and reuse_terminal_id cannot be combined: the reused terminal has its directory"
-        )
-    if body.host is not None and body.reuse_terminal_id is not None:
-        raise InvalidInput("host and reuse_terminal_id cannot be combined: the reused terminal runs where it runs")
-    if body.env_vars is None:
-        result = await rt(request).orchestration.run_step(StepRequest(**fields))
-        return {
-            "terminal_id": result.terminal_id,
-            "last_message": result.last_message,
-            "status": result.status,
-            "replayed": False,
-            "elapsed": round(result.elapsed, 3),
-            "provider": result.provider,
-            "engine": terminal_engine(result.provider) if result.provider else None,
-            "worktree": WorktreeOut.of(result.worktree).model_dump() if result.worktree else None,
-            "host": result.host,
-        }
-    if body.reuse_terminal_id is not None:
-        raise Unprocessable(
-            "env_vars and reuse_terminal_id cannot be combined: a workflow step "
-            "always runs in a fresh terminal of its own"
-        )
-    identity = parse_identity(body.env_vars)
-    return await rt(request).step_gate.run(identity, StepRequest(**fields), body.recovery)

@@ -35,10 +35,10 @@ from ..events import (
     WorkflowEvent,
 )
 from ..models import TerminalStatus
-from ..profiles import load_profile
+from ..profiles.loading import load_profile
+from ..profiles.roles import resolve_tools
 from ..services.prompts import menu_options
 from ..services.worker_questions import question_on_screen
-from ..tool_policy import resolve_tools
 from ..web.logins import SESSION_TTL_S, TICKET_TTL_S
 from .auth import cookie_name, session_cookie
 from .errors import EVERY_ROUTE, answers

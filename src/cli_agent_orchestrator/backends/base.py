@@ -1,8 +1,10 @@
-"""The terminal backend interface: a handful of async methods.
+"""The terminal backend interface: a handful of async methods for terminal I/O, and, apart,
+host placement (agents on other hosts).
 
 tmux is one adapter (backends/tmux.py); a remote host or another multiplexer
 can be another. The backend also owns the *output source*: it publishes each
-terminal's output and death on the event bus, keyed by terminal id.
+terminal's output and death on the event bus, keyed by terminal id. PlacedBackend
+(placed.py) is both: the local tmux and every host's, and the placement of agents on hosts.
 """
 
 from __future__ import annotations
@@ -128,7 +130,11 @@ class TerminalBackend(Protocol):
     def attach_command(self, session_name: str, host: str | None = None) -> list[str]:
         """The argv a human runs to watch a session (its windows on `host`)."""
 
-    # --- agents on other hosts (placed.py) ---
+
+class HostPlacement(Protocol):
+    """Agents on other hosts (placed.py): where a host's agents find their cao home and
+    cao-server, the files cao stages there, and reaching it."""
+
     async def place(self, host: str) -> HostPlace:
         """Connect to `host` if not yet; where its agents find their cao home and cao-server."""
 

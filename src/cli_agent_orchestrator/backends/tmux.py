@@ -24,7 +24,8 @@ into one FIFO per terminal); it carries no commands, so every command then runs 
 client process (tmux_process.py).
 
 This module is the backend itself: lifecycle, recovery and the protocol's methods. Quoting
-lives in tmux_commands.py, the window layout in tmux_windows.py, input in tmux_input.py.
+lives in tmux_commands.py, the window layout in tmux_windows.py, input in tmux_input.py,
+reading a pane (its text, where the cursor is) in tmux_reading.py.
 """
 
 from __future__ import annotations
@@ -39,7 +40,7 @@ from typing import Any
 from ..bus import EventBus
 from ..errors import BackendError, BackendNotAnswering
 from ..events import BackendLost, TerminalExited
-from . import tmux_input
+from . import tmux_input, tmux_reading
 from .base import WindowInfo, WindowRef
 from .tmux_commands import Parsed, Reply, literal, window_target
 from .tmux_control import COMMAND_DEADLINE_S, ControlClient
@@ -410,36 +411,13 @@ class TmuxBackend:
         start: int | None = None,
         end: int | None = None,
     ) -> str:
-        """The pane's text: the visible screen, the whole history, or from line `start`
-        (tmux numbering: 0 is the top visible row, negative numbers reach into history),
-        up to line `end` (-1: the last line of history, above the visible screen)."""
-        args = ["capture-pane", "-p", "-t", window_target(window_id)]
-        if history:
-            args += ["-J", "-S", "-"]
-        elif start is not None:
-            args += ["-J", "-S", str(start)]
-        if end is not None:
-            args += ["-E", str(int(end))]
-        if escapes:
-            args.append("-e")
-        return await self.run(*args)
+        return await tmux_reading.capture(self, window_id, history=history, escapes=escapes, start=start, end=end)
 
     async def position(self, window_id: str) -> tuple[int, int] | None:
-        """(history_size, cursor_y): where the next text will land, as an absolute line
-        number history_size + cursor_y that stays valid while lines scroll into history."""
-        out = await self.run(
-            "display-message", "-p", "-t", window_target(window_id), "#{history_size} #{cursor_y}", check=False
-        )
-        parts = out.split()
-        if len(parts) != 2 or not all(p.isdigit() for p in parts):
-            return None
-        return int(parts[0]), int(parts[1])
+        return await tmux_reading.position(self, window_id)
 
     async def current_path(self, window_id: str) -> str | None:
-        out = await self.run(
-            "display-message", "-p", "-t", window_target(window_id), "#{pane_current_path}", check=False
-        )
-        return out.strip() or None
+        return await tmux_reading.current_path(self, window_id)
 
     async def kill_window(self, window_id: str) -> None:
         await self.run("kill-window", "-t", window_target(window_id), check=False)

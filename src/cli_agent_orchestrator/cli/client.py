@@ -13,7 +13,7 @@ import httpx
 
 from ..actor import CLIENT_HEADER
 from ..auth_token import auth_headers
-from ..client_edge import describe_detail
+from ..clients.edge import describe_detail
 from ..settings import Settings
 
 LAUNCH_TIMEOUT = 120.0  # creating a session waits for the agent CLI to become ready

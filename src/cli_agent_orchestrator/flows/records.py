@@ -12,7 +12,22 @@ from dataclasses import asdict, dataclass
 from datetime import datetime
 from typing import Any, Literal
 
-from .spec import FlowSpec
+
+@dataclass(frozen=True)
+class FlowSpec:
+    name: str
+    schedule: str
+    timezone: str | None  # as the file says; None = the server's local zone
+    agent_profile: str
+    provider: str | None  # None = the profile's provider, else the server's default
+    script: str | None  # absolute path of the gate script
+    engine: str | None
+    timeout: float
+    prompt_template: str
+    file_path: str
+    description: str = ""
+    host: str | None = None  # None = the placement policy (a profile's `host` first)
+
 
 RunState = Literal["running", "completed", "skipped", "failed", "interrupted"]
 Trigger = Literal["schedule", "missed", "manual"]

@@ -26,10 +26,10 @@ from ..services.terminals.service import TerminalService
 from ..services.terminals.spawn import CreateRequest, new_terminal_id
 from ..store import Store
 from ..store.flows import FlowTables, stamp
-from .gate import GateDecision, GateFailed, run_gate
+from .gate_script import GateDecision, GateFailed, run_gate
 from .ownership import not_own_reason
-from .records import FlowRun, RunState
-from .spec import FlowSpec, session_name
+from .records import FlowRun, FlowSpec, RunState
+from .spec import session_name
 from .template import render
 
 log = logging.getLogger(__name__)

@@ -25,11 +25,11 @@ from ..private_files import private_dir, replace_private
 from ..store import Store
 from ..store.flows import FlowTables, stamp
 from ..tasks import TaskGroup
-from .records import MISSED_RUN_RULE, FlowRecord, FlowRun, Trigger
+from .records import MISSED_RUN_RULE, FlowRecord, FlowRun, FlowSpec, Trigger
 from .runner import INTERRUPTED, FlowRunner
 from .schedule import Schedule
 from .scheduler import DueTimer, utc_now
-from .spec import FlowSpec, check_name, check_references, flow_file_text, parse_flow, read_flow_file, session_name
+from .spec import check_name, check_references, flow_file_text, parse_flow, read_flow_file, session_name
 
 log = logging.getLogger(__name__)
 

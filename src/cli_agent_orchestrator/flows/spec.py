@@ -12,17 +12,17 @@ from __future__ import annotations
 import os
 import re
 from collections.abc import Mapping
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import yaml
 
 from ..errors import InvalidInput, NotFound
-from ..profiles import load_profile
+from ..profiles.loading import load_profile
 from ..providers.registry import get_provider
 from ..services.hosts.records import NAME_RE as HOST_NAME_RE
 from ..services.terminals.names import FLOW_SESSION_PREFIX
+from .records import FlowSpec
 from .schedule import Schedule
 from .template import placeholders
 
@@ -44,22 +44,6 @@ KNOWN_KEYS = (
     "description",
 )
 _FRONTMATTER = re.compile(r"\A---[ \t]*\r?\n(.*?)\r?\n---[ \t]*(?:\r?\n|\Z)(.*)\Z", re.S)
-
-
-@dataclass(frozen=True)
-class FlowSpec:
-    name: str
-    schedule: str
-    timezone: str | None  # as the file says; None = the server's local zone
-    agent_profile: str
-    provider: str | None  # None = the profile's provider, else the server's default
-    script: str | None  # absolute path of the gate script
-    engine: str | None
-    timeout: float
-    prompt_template: str
-    file_path: str
-    description: str = ""
-    host: str | None = None  # None = the placement policy (a profile's `host` first)
 
 
 def check_name(name: object) -> str:

@@ -28,10 +28,10 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 from ..agent_credentials import HEADER, terminal_of
 from ..api.raw_answers import send_json
 from ..bus import EventBus
+from ..clients.aio import CaoApi
 from ..events import McpListed
 from ..settings import Settings
 from ..store import Store
-from .api import CaoApi
 from .tools import OrchestratorTools, ToolConfig
 from .workflow_tools import WorkflowTools
 

@@ -14,7 +14,7 @@ from typing import Annotated, Any
 from mcp.server.mcpserver import MCPServer
 from pydantic import Field
 
-from .api import CaoApi
+from ..clients.aio import CaoApi
 from .ops_tools import OpsConfig, OpsTools
 from .server import add_workflow_tools
 from .tools import ToolConfig

@@ -14,9 +14,9 @@ from typing import Any
 
 from ..actor import CLIENT_HEADER
 from ..auth_token import auth_headers
+from ..clients.aio import ApiResponse, CaoApi
 from ..models import SAFE_NAME_RE, SESSION_PREFIX
 from ..settings import Settings
-from .api import ApiResponse, CaoApi
 from .tools import bad_host, bad_terminal_id
 from .workflow_tools import bad_id, guarded_by
 

@@ -15,9 +15,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from ..clients.aio import ApiResponse, CaoApi, describe_detail
 from ..models import TERMINAL_ID_RE
 from ..settings import Settings
-from .api import ApiResponse, CaoApi, describe_detail
 
 Result = dict[str, Any]
 

@@ -19,9 +19,9 @@ from typing import Any
 
 import httpx
 
-from ..client_edge import SseParser
+from ..clients.aio import ApiResponse, CaoApi, describe_detail
+from ..clients.edge import SseParser
 from ..workflows.specs import NAME_RE
-from .api import ApiResponse, CaoApi, describe_detail
 from .tools import ToolConfig
 
 Envelope = dict[str, Any]

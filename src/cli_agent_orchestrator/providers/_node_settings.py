@@ -21,7 +21,8 @@ from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
-from .. import agent_credentials, tool_policy
+from .. import agent_credentials
+from . import tool_names
 from .base import LaunchContext, Screen
 from .common import HOOK_ACK_WAIT_S, HOOK_TIMEOUT_S, MCP_SERVER_NAME, hook_command, hook_url
 
@@ -64,16 +65,16 @@ def merge(base: Mapping[str, Any], overlay: Mapping[str, Any]) -> dict[str, Any]
 
 
 def tool_limits(provider: str, ctx: LaunchContext) -> dict[str, Any]:
-    """Settings that make the CLI refuse what is outside the tool set (tool_policy's table):
+    """Settings that make the CLI refuse what is outside the tool set (tool_names.py's table):
     `tools.exclude` for builtins, `mcp.excluded` for the profile's other MCP servers."""
     tools = ctx.allowed_tools
-    if tools is None or ctx.yolo or tool_policy.UNRESTRICTED in tools:
+    if tools is None or ctx.yolo or tool_names.UNRESTRICTED in tools:
         return {}
     out: dict[str, Any] = {}
-    if refused := tool_policy.refused_builtins(provider, tools):
+    if refused := tool_names.refused_builtins(provider, tools):
         out["tools"] = {"exclude": refused}
     declared = ctx.profile_extra.get("mcpServers")
-    inside = tool_policy.servers(tools) | {MCP_SERVER_NAME}
+    inside = tool_names.servers(tools) | {MCP_SERVER_NAME}
     if excluded := [str(n) for n in (declared if isinstance(declared, Mapping) else {}) if n not in inside]:
         out["mcp"] = {"excluded": excluded}
     return out

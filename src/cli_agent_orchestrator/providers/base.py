@@ -52,7 +52,7 @@ class LaunchContext:
     working_directory: str
     home_dir: Path  # the cao home; providers may write per-terminal files under home/tmp
     model: str | None = None
-    # cao's tool vocabulary, resolved (tool_policy.resolve_tools); None: no policy at all.
+    # cao's tool vocabulary, resolved (profiles/roles.py resolve_tools); None: no policy at all.
     # Tools inside run without asking, tools outside are refused; yolo: unrestricted.
     allowed_tools: list[str] | None = None
     yolo: bool = False

@@ -24,9 +24,9 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from .. import tool_policy
 from ..agent_credentials import ENV_VAR as MCP_TOKEN_ENV
 from ..models import TerminalStatus
+from . import tool_names
 from .base import Launch, LaunchContext, Provider, Screen, StatusReading, stop_hook_message
 from .common import HOOK_TIMEOUT_S, MCP_SERVER_NAME, hook_command, terminal_dir
 
@@ -43,17 +43,17 @@ def _bypass(ctx: LaunchContext) -> bool:
 
 
 def permissions(ctx: LaunchContext) -> dict[str, list[str]]:
-    """The tool set (tool_policy's table) as Claude's allow/deny rules: the set runs without
+    """The tool set (tool_names.py's table) as Claude's allow/deny rules: the set runs without
     asking; builtins and profile MCP servers outside it are denied (deny wins)."""
     # cao's own tools never ask: delegating is what a cao agent is for.
     allow, deny = [f"mcp__{MCP_SERVER_NAME}"], []
     tools = ctx.allowed_tools
     if tools is not None and not _bypass(ctx):
-        if not tool_policy.keeps_prompts(ctx.profile_extra):
-            allow += [name for name in tool_policy.names("claude_code", tools) if name not in allow]
-        deny = tool_policy.refused_builtins("claude_code", tools)
+        if not tool_names.keeps_prompts(ctx.profile_extra):
+            allow += [name for name in tool_names.names("claude_code", tools) if name not in allow]
+        deny = tool_names.refused_builtins("claude_code", tools)
         declared = ctx.profile_extra.get("mcpServers")
-        inside = tool_policy.servers(tools) | {MCP_SERVER_NAME}
+        inside = tool_names.servers(tools) | {MCP_SERVER_NAME}
         deny += [f"mcp__{name}" for name in declared or {} if isinstance(declared, Mapping) and name not in inside]
     return {"allow": allow, "deny": deny} if deny else {"allow": allow}
 

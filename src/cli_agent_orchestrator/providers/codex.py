@@ -24,10 +24,10 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from .. import tool_policy
 from ..agent_credentials import ENV_VAR as MCP_TOKEN_ENV
 from ..agent_credentials import HEADER as AGENT_HEADER
 from ..models import TerminalStatus
+from . import tool_names
 from .base import Launch, LaunchContext, Provider, Screen, StatusReading, stop_hook_message
 from .common import HOOK_TIMEOUT_S, MCP_SERVER_NAME, hook_command, terminal_dir
 
@@ -84,7 +84,7 @@ def _mcp_servers(ctx: LaunchContext) -> dict[str, dict]:
     declared = ctx.profile_extra.get("mcpServers")
     # A profile server outside the tool set is not configured at all (nothing to refuse).
     tools = ctx.allowed_tools
-    inside = None if tools is None or _bypass(ctx) else tool_policy.servers(tools)
+    inside = None if tools is None or _bypass(ctx) else tool_names.servers(tools)
     if isinstance(declared, Mapping):
         for name, spec in declared.items():
             if inside is not None and name not in inside:
@@ -127,12 +127,12 @@ def overrides(ctx: LaunchContext) -> list[tuple[str, Any]]:
             spec["env_key"] = "OPENAI_API_KEY"
         out += [("model_providers." + MODEL_PROVIDER, spec), ("model_provider", MODEL_PROVIDER)]
     if not _bypass(ctx):
-        # Codex has no per-tool switch: the set picks the sandbox (tool_policy's codex column).
+        # Codex has no per-tool switch: the set picks the sandbox (tool_names.py's codex column).
         # "never": what the sandbox allows runs without asking, and what it refuses goes back
         # to the model as a failure, never to a prompt nobody is there to answer.
-        levels = tool_policy.names("codex", ctx.allowed_tools or ["@builtin"])
+        levels = tool_names.names("codex", ctx.allowed_tools or ["@builtin"])
         out += [
-            ("approval_policy", "on-request" if tool_policy.keeps_prompts(ctx.profile_extra) else "never"),
+            ("approval_policy", "on-request" if tool_names.keeps_prompts(ctx.profile_extra) else "never"),
             ("sandbox_mode", "workspace-write" if "workspace-write" in levels else "read-only"),
         ]
     if ctx.system_prompt:

@@ -24,8 +24,8 @@ import os
 import re
 from pathlib import Path
 
-from .. import tool_policy
 from ..models import TerminalStatus
+from . import tool_names
 from ._node_settings import (
     box_question,
     dialog_keys,
@@ -104,7 +104,7 @@ def _policy_file(directory: Path, tools: list[str]) -> Path:
         if tool.startswith("@"):  # "@server": every tool of that MCP server
             rules.append(f'[[rule]]\nmcpName = {json.dumps(tool[1:])}\ndecision = "allow"\npriority = 100\n')
             continue
-        for name in tool_policy.names("gemini_cli", [tool]):  # the shared table
+        for name in tool_names.names("gemini_cli", [tool]):  # the shared table
             rules.append(f'[[rule]]\ntoolName = {json.dumps(name)}\ndecision = "allow"\npriority = 100\n')
     path = directory / "cao-allowed-tools.toml"
     write_private(path, "\n".join(rules))
@@ -132,7 +132,7 @@ def build_launch(ctx: LaunchContext) -> Launch:
     tools = ctx.allowed_tools or []
     yolo = ctx.yolo or "*" in tools
     argv = ["gemini", "-m", ctx.model or DEFAULT_MODEL, "--approval-mode", "yolo" if yolo else "default"]
-    if tools and not yolo and not tool_policy.keeps_prompts(ctx.profile_extra):  # the set runs without asking
+    if tools and not yolo and not tool_names.keeps_prompts(ctx.profile_extra):  # the set runs without asking
         argv += ["--policy", str(_policy_file(own, tools))]
     # NO_RELAUNCH: one node process instead of a parent that re-spawns itself with more heap.
     # TRUST_WORKSPACE: no trust screen even where an admin setting turns folder trust back on.

@@ -31,8 +31,8 @@ import textwrap
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
-from .. import tool_policy
 from ..models import TerminalStatus
+from . import tool_names
 from .base import Launch, LaunchContext, Provider, Screen, StatusReading
 
 # Idle prompts. Legacy: `[profile] 42% λ !> ` (percent, λ and ! optional); what follows
@@ -71,11 +71,11 @@ def unrestricted(ctx: LaunchContext) -> bool:
 
 
 def agent_tools(tools: list[str]) -> dict[str, list[str]]:
-    """The `tools` of a Kiro agent JSON for a tool set (tool_policy's table): Kiro offers only
+    """The `tools` of a Kiro agent JSON for a tool set (tool_names.py's table): Kiro offers only
     these, and `--trust-all-tools` lets them run. `cao install` writes them (kiro_agent.py)."""
-    if tool_policy.UNRESTRICTED in tools:
+    if tool_names.UNRESTRICTED in tools:
         return {"tools": ["*"]}
-    return {"tools": tool_policy.names("kiro_cli", tools)}
+    return {"tools": tool_names.names("kiro_cli", tools)}
 
 
 def agents_dir(environ: Mapping[str, str]) -> Path:

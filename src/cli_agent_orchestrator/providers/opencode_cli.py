@@ -32,10 +32,10 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from .. import tool_policy
 from ..agent_credentials import ENV_VAR as MCP_TOKEN_ENV
 from ..agent_credentials import HEADER as MCP_TOKEN_HEADER
 from ..models import TerminalStatus
+from . import tool_names
 from .base import Launch, LaunchContext, Provider, Screen, StatusReading
 from .common import MCP_SERVER_NAME, terminal_dir
 
@@ -144,7 +144,7 @@ def _permissions(ctx: LaunchContext) -> dict[str, str]:
     tools, bypass = ctx.allowed_tools, _bypass(ctx)
     if tools is not None and "*" not in tools and not bypass:
         rules["*"] = "deny"  # hard enforcement: a tool the profile does not list is not offered
-        rules.update(dict.fromkeys(tool_policy.names("opencode_cli", tools), "allow"))  # the shared table
+        rules.update(dict.fromkeys(tool_names.names("opencode_cli", tools), "allow"))  # the shared table
         # opencode's own machinery: its to-do list, the stand-in for a malformed call, the
         # checks on paths outside the project and on a model repeating the same call.
         rules.update(dict.fromkeys(("todowrite", "todoread", "invalid", "external_directory", "doom_loop"), "allow"))
@@ -152,7 +152,7 @@ def _permissions(ctx: LaunchContext) -> dict[str, str]:
         # Everything, but not what opencode itself keeps off: a question dialog (nobody
         # would answer it; cao's agents end their turn to ask) and plan-mode switches.
         rules.update({"*": "allow", "question": "deny", "plan_enter": "deny", "plan_exit": "deny"})
-    if (tools is None or tool_policy.keeps_prompts(ctx.profile_extra)) and not bypass:  # opencode's prompts stay
+    if (tools is None or tool_names.keeps_prompts(ctx.profile_extra)) and not bypass:  # opencode's prompts stay
         accept_edits = ctx.profile_extra.get("permissionMode") == "acceptEdits"
         for key in _ASKING:
             if rules.get(key, rules.get("*", "allow")) == "allow" and not (accept_edits and key == "edit"):

@@ -17,8 +17,8 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from .. import tool_policy
 from ..models import TerminalStatus
+from . import tool_names
 from ._node_settings import (
     box_question,
     dialog_keys,
@@ -85,8 +85,8 @@ def build_launch(ctx: LaunchContext) -> Launch:
     if ctx.system_prompt:
         argv += ["--append-system-prompt", ctx.system_prompt]
     # The shared table's names; MCP servers are trusted in the settings instead.
-    allowed = tool_policy.names("qwen_cli", [t for t in tools if not tool_policy.servers([t])])
-    if allowed and not yolo and not tool_policy.keeps_prompts(ctx.profile_extra):  # the set runs without asking
+    allowed = tool_names.names("qwen_cli", [t for t in tools if not tool_names.servers([t])])
+    if allowed and not yolo and not tool_names.keeps_prompts(ctx.profile_extra):  # the set runs without asking
         argv += ["--allowed-tools", *allowed]
     env = {
         "QWEN_CODE_SYSTEM_SETTINGS_PATH": str(ours),

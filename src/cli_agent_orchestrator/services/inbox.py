@@ -73,7 +73,7 @@ class InboxService:
         bus: EventBus,
         terminals: TerminalService,
         monitor: StatusMonitor,
-        typing: InputService,
+        input_service: InputService,
         tasks: TaskGroup,
     ):
         self.settings = settings
@@ -81,7 +81,7 @@ class InboxService:
         self.bus = bus
         self.terminals = terminals
         self.monitor = monitor
-        self.typing = typing
+        self.input = input_service
         self.tasks = tasks
         self._sweeper: asyncio.Task | None = None
         self._retrying: set[str] = set()  # receivers with a delivery retry scheduled
@@ -120,7 +120,7 @@ class InboxService:
             return False
 
     async def _deliver_pending(self, receiver_id: str) -> bool:
-        lock = self.typing.lock(receiver_id)
+        lock = self.input.lock(receiver_id)
         async with lock:
             view = self.monitor.view(receiver_id)
             if view is None or not is_ready_for_input(view.status, self._eager(view)):
@@ -140,7 +140,7 @@ class InboxService:
             self._settling.add(msg.id)
             try:
                 try:
-                    await self.typing.submit(receiver_id, window_id, msg.message)
+                    await self.input.submit(receiver_id, window_id, msg.message)
                 except AgentExited:
                     # Refused inside tmux before anything was pasted: it waits for a live receiver.
                     await self._settle(msg, MessageStatus.PENDING)
@@ -242,7 +242,7 @@ class InboxService:
         for msg in await self.store.run(self.store.messages_in_status, MessageStatus.DELIVERING):
             if msg.id in self._settling:
                 continue  # a live delivery owns it
-            async with self.typing.lock(msg.receiver_id):
+            async with self.input.lock(msg.receiver_id):
                 current = await self.store.run(self.store.get_message, msg.id)
                 if current is not None and current.status == MessageStatus.DELIVERING and msg.id not in self._settling:
                     await self._reconcile(current, why)
@@ -265,7 +265,7 @@ class InboxService:
         if landed:
             if await self._composer_has_text(msg.receiver_id, window_id):
                 try:
-                    await self.typing.send_keys(window_id, ["Enter"])  # pasted, never submitted
+                    await self.input.send_keys(window_id, ["Enter"])  # pasted, never submitted
                 except AgentExited:
                     pass  # it landed; the agent died after
             await self._settle(msg, MessageStatus.DELIVERED)

@@ -30,16 +30,16 @@ import threading
 import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
-from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, TypeVar
 
 import sqlalchemy as sa
 
 from ..errors import CaoError, StoreBusy, StoreUnavailable
-from ..models import InboxMessage, MessageStatus, Terminal, TerminalStatus, Worktree
+from .inbox_rows import InboxRows
 from .journal import Journal
-from .schema import inbox_messages, migrate, terminals
+from .schema import migrate
+from .terminal_rows import TerminalRows
 
 T = TypeVar("T")
 log = logging.getLogger(__name__)
@@ -97,10 +97,6 @@ def safe_url(url: str) -> str:
         return url.split("://", 1)[0] + "://…"
 
 
-def utc_now() -> str:
-    return datetime.now(UTC).isoformat(timespec="milliseconds")
-
-
 def _sqlite_pragmas(dbapi_conn: Any, _record: Any) -> None:
     cur = dbapi_conn.cursor()
     cur.execute("PRAGMA journal_mode=WAL")
@@ -110,7 +106,10 @@ def _sqlite_pragmas(dbapi_conn: Any, _record: Any) -> None:
     cur.close()
 
 
-class Store:
+class Store(TerminalRows, InboxRows):
+    """The one store: its engine, its thread, and every read and write (the rows' methods are
+    in terminal_rows.py and inbox_rows.py)."""
+
     def __init__(self, url_or_path: str | Path, busy_limit_s: float = BUSY_LIMIT_S):
         url = str(url_or_path)
         self.busy_limit_s = busy_limit_s
@@ -295,300 +294,3 @@ class Store:
     def close(self) -> None:
         self._executor.shutdown(wait=True)
         self.engine.dispose()
-
-    # --- terminals --------------------------------------------------------------
-    def add_terminal(self, term: Terminal, window_id: str | None, hook_secret: str | None = None) -> None:
-        now = utc_now()
-        with self.engine.begin() as conn:
-            conn.execute(
-                terminals.insert().values(
-                    id=term.id,
-                    session_name=term.session_name,
-                    window_name=term.window_name,
-                    window_id=window_id,
-                    provider=term.provider,
-                    agent_profile=term.agent_profile,
-                    working_directory=term.working_directory,
-                    caller_id=term.caller_id,
-                    model=term.model,
-                    allowed_tools=term.allowed_tools,
-                    status=term.status.value,
-                    created_at=now,
-                    last_active=now,
-                    hook_secret=hook_secret,
-                    worktree=_worktree_json(term.worktree),
-                    host=term.host,
-                    workflow_step=term.workflow_step,
-                )
-            )
-
-    def hook_secret(self, terminal_id: str) -> str | None:
-        with self.engine.connect() as conn:
-            return conn.execute(
-                sa.select(terminals.c.hook_secret).where(terminals.c.id == terminal_id, terminals.c.gone == sa.false())
-            ).scalar()
-
-    def get_terminal(self, terminal_id: str) -> Terminal | None:
-        with self.engine.connect() as conn:
-            row = conn.execute(sa.select(terminals).where(terminals.c.id == terminal_id)).mappings().first()
-        return _terminal(row) if row else None
-
-    def window_of(self, terminal_id: str) -> tuple[bool, str | None, str | None] | None:
-        """(gone, window id, status reason) of a terminal in one read, or None if unknown."""
-        with self.engine.connect() as conn:
-            row = conn.execute(
-                sa.select(terminals.c.gone, terminals.c.window_id, terminals.c.status_reason).where(
-                    terminals.c.id == terminal_id
-                )
-            ).first()
-        return (bool(row.gone), row.window_id, row.status_reason) if row else None
-
-    def window_id(self, terminal_id: str) -> str | None:
-        with self.engine.connect() as conn:
-            return conn.execute(sa.select(terminals.c.window_id).where(terminals.c.id == terminal_id)).scalar()
-
-    def set_window_id(self, terminal_id: str, window_id: str) -> None:
-        with self.engine.begin() as conn:
-            conn.execute(terminals.update().where(terminals.c.id == terminal_id).values(window_id=window_id))
-
-    def list_terminals(self, session_name: str | None = None, include_gone: bool = False) -> list[Terminal]:
-        query = sa.select(terminals).order_by(terminals.c.created_at)
-        if session_name is not None:
-            query = query.where(terminals.c.session_name == session_name)
-        if not include_gone:
-            query = query.where(terminals.c.gone == sa.false())
-        with self.engine.connect() as conn:
-            return [_terminal(row) for row in conn.execute(query).mappings()]
-
-    def all_window_ids(self) -> dict[str, str]:
-        """terminal id → tmux window id, for live terminals."""
-        with self.engine.connect() as conn:
-            rows = conn.execute(sa.select(terminals.c.id, terminals.c.window_id).where(terminals.c.gone == sa.false()))
-            return {r.id: r.window_id for r in rows if r.window_id}
-
-    def set_status(self, terminal_id: str, status: TerminalStatus, source: str, reason: str) -> None:
-        self.set_statuses({terminal_id: (status, source, reason)})
-
-    def set_statuses(self, latest: dict[str, tuple[TerminalStatus, str, str]]) -> None:
-        """The latest status of several terminals, in one transaction."""
-        now = utc_now()
-        with self.engine.begin() as conn:
-            for terminal_id, (status, source, reason) in latest.items():
-                # A gone terminal keeps the status that says why it is gone.
-                conn.execute(
-                    terminals.update()
-                    .where(terminals.c.id == terminal_id, terminals.c.gone == sa.false())
-                    .values(status=status.value, status_source=source, status_reason=reason or None, last_active=now)
-                )
-
-    def mark_gone(self, terminal_id: str, reason: str) -> None:
-        with self.engine.begin() as conn:
-            conn.execute(
-                terminals.update()
-                .where(terminals.c.id == terminal_id)
-                .values(
-                    gone=True,
-                    status=TerminalStatus.ERROR.value,
-                    status_source="pane",
-                    status_reason=reason,
-                    last_active=utc_now(),
-                )
-            )
-
-    def delete_terminal(self, terminal_id: str) -> None:
-        with self.engine.begin() as conn:
-            conn.execute(terminals.delete().where(terminals.c.id == terminal_id))
-
-    def session_names(self) -> list[str]:
-        with self.engine.connect() as conn:
-            rows = conn.execute(sa.select(terminals.c.session_name).distinct().where(terminals.c.gone == sa.false()))
-            return sorted(r.session_name for r in rows)
-
-    # --- inbox ------------------------------------------------------------------
-    def add_message(self, sender_id: str, receiver_id: str, message: str) -> InboxMessage:
-        now = utc_now()
-        with self.engine.begin() as conn:
-            result = conn.execute(
-                inbox_messages.insert().values(
-                    sender_id=sender_id,
-                    receiver_id=receiver_id,
-                    message=message,
-                    status=MessageStatus.PENDING.value,
-                    created_at=now,
-                )
-            )
-            msg_id = result.inserted_primary_key[0]  # type: ignore[index]  # an insert has a key
-        return InboxMessage(msg_id, sender_id, receiver_id, message, MessageStatus.PENDING, now)
-
-    def get_message(self, message_id: int) -> InboxMessage | None:
-        with self.engine.connect() as conn:
-            row = conn.execute(sa.select(inbox_messages).where(inbox_messages.c.id == message_id)).mappings().first()
-        return _message(row) if row else None
-
-    def list_messages(self, receiver_id: str, status: MessageStatus | None, limit: int) -> list[InboxMessage]:
-        query = (
-            sa.select(inbox_messages)
-            .where(inbox_messages.c.receiver_id == receiver_id)
-            .order_by(inbox_messages.c.id)
-            .limit(limit)
-        )
-        if status is not None:
-            query = query.where(inbox_messages.c.status == status.value)
-        with self.engine.connect() as conn:
-            return [_message(r) for r in conn.execute(query).mappings()]
-
-    def receivers_with_pending(self) -> list[str]:
-        with self.engine.connect() as conn:
-            rows = conn.execute(
-                sa.select(inbox_messages.c.receiver_id)
-                .distinct()
-                .where(inbox_messages.c.status == MessageStatus.PENDING.value)
-            )
-            return [r.receiver_id for r in rows]
-
-    def pending_counts(self) -> dict[str, int]:
-        """Pending messages per receiver (receivers with none are absent)."""
-        with self.engine.connect() as conn:
-            rows = conn.execute(
-                sa.select(inbox_messages.c.receiver_id, sa.func.count())
-                .where(inbox_messages.c.status == MessageStatus.PENDING.value)
-                .group_by(inbox_messages.c.receiver_id)
-            )
-            return {r[0]: int(r[1]) for r in rows}
-
-    def next_pending(self, receiver_id: str) -> InboxMessage | None:
-        """The receiver's oldest pending message, unless an earlier one's fate is still open
-        (DELIVERING after a crash): order first."""
-        with self.engine.connect() as conn:
-            in_flight = conn.execute(
-                sa.select(inbox_messages.c.id)
-                .where(
-                    inbox_messages.c.receiver_id == receiver_id,
-                    inbox_messages.c.status == MessageStatus.DELIVERING.value,
-                )
-                .limit(1)
-            ).first()
-            if in_flight is not None:
-                return None
-            row = (
-                conn.execute(
-                    sa.select(inbox_messages)
-                    .where(
-                        inbox_messages.c.receiver_id == receiver_id,
-                        inbox_messages.c.status == MessageStatus.PENDING.value,
-                    )
-                    .order_by(inbox_messages.c.id)
-                    .limit(1)
-                )
-                .mappings()
-                .first()
-            )
-        return _message(row) if row is not None else None
-
-    def claim(self, msg: InboxMessage, paste_mark: str | None) -> bool:
-        """Move a pending message to DELIVERING, recording where its paste lands.
-
-        The conditional UPDATE is the exactly-once gate: of any number of racing
-        deliverers, only the one whose UPDATE changes the row may paste it.
-        """
-        with self.engine.begin() as conn:
-            changed = conn.execute(
-                inbox_messages.update()
-                .where(inbox_messages.c.id == msg.id, inbox_messages.c.status == MessageStatus.PENDING.value)
-                .values(status=MessageStatus.DELIVERING.value, claimed_at=utc_now(), paste_mark=paste_mark)
-            ).rowcount
-        if changed == 1:
-            msg.status, msg.paste_mark = MessageStatus.DELIVERING, paste_mark
-        return changed == 1
-
-    def finish_message(self, message_id: int, status: MessageStatus, error: str | None = None) -> None:
-        values: dict[str, Any] = {"status": status.value, "error": error}
-        if status == MessageStatus.DELIVERED:
-            values["delivered_at"] = utc_now()
-        if status == MessageStatus.PENDING:
-            values["paste_mark"] = None
-        with self.engine.begin() as conn:
-            conn.execute(inbox_messages.update().where(inbox_messages.c.id == message_id).values(**values))
-
-    def messages_in_status(self, status: MessageStatus) -> list[InboxMessage]:
-        with self.engine.connect() as conn:
-            rows = conn.execute(
-                sa.select(inbox_messages).where(inbox_messages.c.status == status.value).order_by(inbox_messages.c.id)
-            ).mappings()
-            return [_message(r) for r in rows]
-
-    def fail_pending_for(self, receiver_id: str, reason: str) -> list[InboxMessage]:
-        """Mark every undelivered message to a vanished receiver as failed; return them."""
-        with self.engine.begin() as conn:
-            rows = list(
-                conn.execute(
-                    sa.select(inbox_messages).where(
-                        inbox_messages.c.receiver_id == receiver_id,
-                        inbox_messages.c.status.in_([MessageStatus.PENDING.value, MessageStatus.DELIVERING.value]),
-                    )
-                ).mappings()
-            )
-            if rows:
-                conn.execute(
-                    inbox_messages.update()
-                    .where(inbox_messages.c.id.in_([r["id"] for r in rows]))
-                    .values(status=MessageStatus.FAILED.value, error=reason)
-                )
-        out = [_message(r) for r in rows]
-        for msg in out:
-            msg.status, msg.error = MessageStatus.FAILED, reason
-        return out
-
-
-def _terminal(row: Any) -> Terminal:
-    return Terminal(
-        id=row["id"],
-        session_name=row["session_name"],
-        window_name=row["window_name"],
-        provider=row["provider"],
-        agent_profile=row["agent_profile"],
-        working_directory=row["working_directory"],
-        caller_id=row["caller_id"],
-        model=row["model"],
-        allowed_tools=row["allowed_tools"],
-        status=TerminalStatus(row["status"]),
-        status_source=row["status_source"],
-        status_reason=row["status_reason"],
-        gone=bool(row["gone"]),
-        created_at=row["created_at"],
-        last_active=row["last_active"],
-        worktree=_worktree(row["worktree"]),
-        host=row["host"],
-        workflow_step=row["workflow_step"] if isinstance(row["workflow_step"], dict) else None,
-    )
-
-
-def _worktree_json(wt: Worktree | None) -> dict | None:
-    if wt is None:
-        return None
-    return {"path": wt.path, "branch": wt.branch, "repository": wt.repository, "base": wt.base}
-
-
-def _worktree(value: Any) -> Worktree | None:
-    if not isinstance(value, dict):
-        return None
-    return Worktree(
-        path=str(value["path"]),
-        branch=str(value["branch"]),
-        repository=str(value["repository"]),
-        base=str(value["base"]),
-    )
-
-
-def _message(row: Any) -> InboxMessage:
-    return InboxMessage(
-        id=row["id"],
-        sender_id=row["sender_id"],
-        receiver_id=row["receiver_id"],
-        message=row["message"],
-        status=MessageStatus(row["status"]),
-        created_at=row["created_at"],
-        delivered_at=row["delivered_at"],
-        error=row["error"],
-        paste_mark=row["paste_mark"],
-    )

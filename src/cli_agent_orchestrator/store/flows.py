@@ -12,8 +12,7 @@ from typing import Any
 
 import sqlalchemy as sa
 
-from ..flows.records import FlowRecord, FlowRun
-from ..flows.spec import FlowSpec
+from ..flows.records import FlowRecord, FlowRun, FlowSpec
 from .schema import flow_runs, flows
 
 KEEP_RUNS_PER_FLOW = 200  # older runs of a flow are dropped as new ones are recorded

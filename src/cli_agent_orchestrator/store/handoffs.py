@@ -13,8 +13,8 @@ from typing import Any
 
 import sqlalchemy as sa
 
-from .db import utc_now
 from .schema import handoffs
+from .stamps import utc_now
 
 KEEP_CLOSED = 1000  # closed records kept (newest first); older ones go as new ones are opened
 

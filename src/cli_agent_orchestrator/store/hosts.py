@@ -11,8 +11,8 @@ from typing import Any
 import sqlalchemy as sa
 
 from ..services.hosts.records import HostRecord, HostState, parse_target
-from .db import utc_now
 from .schema import hosts
+from .stamps import utc_now
 
 
 class HostTables:

@@ -19,7 +19,7 @@ from ..services.terminals.service import TerminalService
 from ..settings import Settings
 from ..store import Store
 from ..store.journal import dumps, stamp
-from . import gate, yaml_spec
+from . import resume_gate, yaml_spec
 from .drives import Drive, DriveEnd, RunRegistry
 from .inputs import encode_inputs, read_inputs_declaration, validate_inputs
 from .lint import lint_script
@@ -35,7 +35,7 @@ log = logging.getLogger(__name__)
 MAX_STEP_OUTPUT_BYTES = 1024 * 1024
 CANCEL_SETTLE_S = 10.0
 # Halt rules a `skip` can lift: the step has a stored result a human may accept.
-SKIPPABLE_RULES = frozenset({gate.POLICY_MANUAL, gate.ENVELOPE_LOSSY, gate.OUTCOME_FAILED})
+SKIPPABLE_RULES = frozenset({resume_gate.POLICY_MANUAL, resume_gate.ENVELOPE_LOSSY, resume_gate.OUTCOME_FAILED})
 
 
 def mint_run_id() -> str:
@@ -336,7 +336,7 @@ class RunLifecycle:
 def _check_decisions(run_id: str, decisions: Mapping[str, Any], steps: Mapping[str, StepRecord]) -> None:
     """All-or-nothing: every decision must name a halted step and fit its halt."""
     for step_id, value in decisions.items():
-        if value not in gate.DECISIONS:
+        if value not in resume_gate.DECISIONS:
             raise InvalidInput(f"decision for step {step_id!r} must be 'rerun' or 'skip'")
         step = steps.get(step_id)
         if step is None:
@@ -344,7 +344,7 @@ def _check_decisions(run_id: str, decisions: Mapping[str, Any], steps: Mapping[s
         rule = step.halt_rule
         if rule is None:
             raise InvalidInput(f"step {step_id!r} did not halt; decisions are only for halted steps")
-        if rule == gate.DIVERGED:
+        if rule == resume_gate.DIVERGED:
             raise InvalidInput(
                 f"step {step_id!r} diverged: the script changed at that step key; "
                 "no decision can fix that, restore the call or start a new run"

@@ -16,7 +16,7 @@ from ..events import StepCompleted, StepDiverged, StepFailed, StepHalted, StepRe
 from ..services.orchestration import StepRequest
 from ..store import Store
 from ..store.journal import stamp
-from . import gate
+from . import resume_gate
 from .drives import Drive, RunRegistry
 from .records import Halt, RunState, StepErrorKind, StepRecord, StepState
 from .step_execution import GENERATION_VAR, IDENTITY_VARS, RUN_ID_VAR, STEP_ID_VAR, StepExecution, make_envelope
@@ -73,8 +73,8 @@ class ScriptStepGate:
 
     async def run(self, ident: StepIdentity, req: StepRequest, policy: str | None) -> dict[str, Any]:
         journal = self.store.journal
-        call_fp = gate.fingerprint(
-            gate.execution_fields(
+        call_fp = resume_gate.fingerprint(
+            resume_gate.execution_fields(
                 provider=req.provider,
                 agent=req.agent,
                 prompt=req.prompt,
@@ -114,7 +114,7 @@ class ScriptStepGate:
                     step_id=step_id,
                 )
             drive.keys.add(step_id)
-            verdict = gate.decide(step, call_fp, policy, decision)
+            verdict = resume_gate.decide(step, call_fp, policy, decision)
 
             if verdict.outcome in ("halt", "diverged"):
                 await self._halt(run_id, step_id, generation, verdict, drive)
@@ -127,7 +127,7 @@ class ScriptStepGate:
                     step_id,
                     generation=generation,
                     fingerprint=call_fp,
-                    scheme=gate.FINGERPRINT_SCHEME,
+                    scheme=resume_gate.FINGERPRINT_SCHEME,
                     policy=policy,
                     consumes=verdict.consumes,
                 )
@@ -149,7 +149,9 @@ class ScriptStepGate:
         self.registry.track(run_id, task)
         return await asyncio.shield(task)
 
-    async def _halt(self, run_id: str, step_id: str, generation: int, verdict: gate.Verdict, drive: Drive) -> None:
+    async def _halt(
+        self, run_id: str, step_id: str, generation: int, verdict: resume_gate.Verdict, drive: Drive
+    ) -> None:
         diverged = verdict.outcome == "diverged"
         rule = verdict.rule
         assert rule is not None  # every halt and divergence names its rule
@@ -166,7 +168,7 @@ class ScriptStepGate:
         raise WorkflowConflict(message, "decision_required", step_id=step_id, run_id=run_id, rule=rule)
 
     async def _replay(
-        self, run_id: str, step_id: str, generation: int, step: StepRecord, verdict: gate.Verdict
+        self, run_id: str, step_id: str, generation: int, step: StepRecord, verdict: resume_gate.Verdict
     ) -> dict[str, Any]:
         journal = self.store.journal
         if verdict.consumes or step.halt_rule:

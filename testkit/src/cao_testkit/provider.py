@@ -51,7 +51,7 @@ def build_launch(ctx: LaunchContext) -> Launch:
 
 
 def hook_command() -> list[str]:
-    return [sys.executable, "-m", "cli_agent_orchestrator.hook"]
+    return [sys.executable, "-m", "cli_agent_orchestrator.cli.cao_hook"]
 
 
 # The mock's hooks use Claude Code's event names.

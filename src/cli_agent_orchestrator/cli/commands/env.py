@@ -10,8 +10,8 @@ import sys
 
 import click
 
-from ...env_file import env_path, read_env_values, set_env_value, unset_env_value
 from ...errors import CaoError
+from ...profiles.env_file import env_path, read_env_values, set_env_value, unset_env_value
 from ...settings import Settings
 from .common import json_option, print_json
 

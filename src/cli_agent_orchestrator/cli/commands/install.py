@@ -13,8 +13,8 @@ import os
 import click
 
 from ...errors import CaoError
-from ...profile_install import InstallConfig, install_profile
-from ...services.launch import mcp_server_argv
+from ...profiles.install import InstallConfig, install_profile
+from ...services.terminals.launch_file import mcp_server_argv
 from ...settings import Settings
 from .common import env_pairs, json_option, print_fields, print_json
 

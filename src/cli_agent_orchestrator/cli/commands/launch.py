@@ -10,9 +10,9 @@ from typing import Any
 import click
 
 from ...errors import CaoError
-from ...profiles import load_profile
+from ...profiles.loading import load_profile
+from ...profiles.roles import resolve_tools
 from ...settings import Settings
-from ...tool_policy import resolve_tools
 from ..client import LAUNCH_TIMEOUT, ApiError, CaoClient
 from .attach import attach_argv, attach_text
 from .common import client, env_pairs, exec_attach, print_fields, print_json, terminal_path

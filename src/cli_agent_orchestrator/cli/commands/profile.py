@@ -12,11 +12,11 @@ from urllib.parse import quote
 
 import click
 
-from ...env_file import read_env_values
 from ...errors import CaoError
 from ...models import SAFE_NAME_RE
-from ...profile_catalog import find_entry
-from ...profile_checks import check_profile_text, is_valid
+from ...profiles.catalog import find_entry
+from ...profiles.checks import check_profile_text, is_valid
+from ...profiles.env_file import read_env_values
 from ...providers.registry import provider_names
 from ...settings import Settings
 from .common import client, json_option, print_fields, print_json, print_table

@@ -13,7 +13,7 @@ from typing import Any
 import click
 import httpx
 
-from ...client_edge import describe_detail, parse_sse
+from ...clients.edge import describe_detail, parse_sse
 from ...settings import Settings
 from ..client import ApiError, CaoClient
 from .common import print_fields, print_table

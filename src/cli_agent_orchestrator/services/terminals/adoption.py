@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
 
-from ...backends.base import TerminalBackend
+from ...backends.base import HostPlacement, TerminalBackend
 from ...models import TerminalStatus
 from ...providers.registry import get_provider
 from ...store import Store
@@ -16,13 +16,15 @@ from ..status.monitor import StatusMonitor
 MarkGone = Callable[[str, str], Awaitable[None]]
 
 
-async def adopt_survivors(store: Store, backend: TerminalBackend, monitor: StatusMonitor, mark_gone: MarkGone) -> dict:
+async def adopt_survivors(
+    store: Store, backend: TerminalBackend, placement: HostPlacement, monitor: StatusMonitor, mark_gone: MarkGone
+) -> dict:
     """Re-attach to terminals that survived a server restart; mark the others gone. Terminals
     on a host that cannot be reached now are watched as unknown and adopted when it is."""
     terms = await store.run(store.list_terminals, None)
     unreachable = {}
     for host in sorted({t.host for t in terms if t.host}):
-        why = await backend.reach(host)
+        why = await placement.reach(host)
         if why is not None:
             unreachable[host] = why
     windows = {w.window_id: w for w in await backend.list_windows()}
@@ -31,7 +33,7 @@ async def adopt_survivors(store: Store, backend: TerminalBackend, monitor: Statu
         window_id = await store.run(store.window_id, term.id)
         if term.host in unreachable and window_id:
             monitor.watch(term.id, get_provider(term.provider))
-            if backend.adopt_later(term.host, term.id, window_id, unreachable[term.host]):
+            if placement.adopt_later(term.host, term.id, window_id, unreachable[term.host]):
                 waiting.append(term.id)
                 continue
             monitor.forget(term.id)

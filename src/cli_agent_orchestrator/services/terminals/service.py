@@ -15,7 +15,7 @@ import shutil
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from ...backends.base import TerminalBackend
+from ...backends.base import HostPlacement, TerminalBackend
 from ...backends.tmux_windows import HISTORY_LIMIT
 from ...bus import EventBus
 from ...errors import AgentExited, Conflict, Forbidden, InvalidInput, NotFound, WaitTimeout, WorkerError
@@ -26,12 +26,12 @@ from ...settings import Settings
 from ...store import Store
 from ...tasks import TaskGroup
 from ..input import InputService, valid_key
-from ..launch import sweep_env_files
 from ..status.monitor import TOOLS_PENDING, StatusMonitor
 from ..status.view import TerminalView
 from ..waiting import TerminalVanished, ready_or_stuck, wait_for
 from ..worktrees import Worktrees
 from .adoption import adopt_survivors
+from .launch_file import sweep_env_files
 from .names import check_terminal_id
 from .scrollback import note_worktree, restore_scrollback, save_scrollback
 from .spawn import HOOK_SECRET_ENV, CreateRequest, Spawner, checked_working_directory, new_terminal_id
@@ -60,21 +60,24 @@ class TerminalService:
         store: Store,
         bus: EventBus,
         backend: TerminalBackend,
+        placement: HostPlacement,
         monitor: StatusMonitor,
-        typing: InputService,
+        input_service: InputService,
         tasks: TaskGroup,
         environ: Mapping[str, str],
     ):
-        """`environ`: cao-server's environment, which every agent inherits."""
+        """`environ`: cao-server's environment, which every agent inherits. `placement`: where
+        agents on hosts run (the same PlacedBackend as `backend`, seen for its hosts)."""
         self.environ = environ
         self.settings = settings
         self.store = store
         self.bus = bus
         self.backend = backend
+        self.placement = placement
         self.monitor = monitor
-        self.typing = typing
+        self.input = input_service
         self.tasks = tasks
-        self._spawner = Spawner(settings, store, backend, monitor, environ)
+        self._spawner = Spawner(settings, store, backend, placement, monitor, environ)
         self.worktrees = Worktrees(settings.home_dir, environ)
 
     # --- reading ----------------------------------------------------------------
@@ -199,7 +202,7 @@ class TerminalService:
                 keys = provider.answer_startup_dialog(screen)
                 if keys:
                     answered += 1
-                    await self.typing.send_keys(await self.window(terminal_id), list(keys))
+                    await self.input.send_keys(await self.window(terminal_id), list(keys))
                     await self.monitor.set_external(terminal_id, TerminalStatus.PROCESSING, "startup-dialog")
                     continue
             if status is not None and status != TerminalStatus.ERROR:
@@ -244,7 +247,7 @@ class TerminalService:
         if not text:
             raise InvalidInput("message must not be empty")
         window_id = await self.window(terminal_id)
-        async with self.typing.lock(terminal_id):
+        async with self.input.lock(terminal_id):
             view = self.monitor.view(terminal_id)
             if view is None or view.exited:
                 term = await self.get(terminal_id)
@@ -254,10 +257,10 @@ class TerminalService:
             keys = self._dialog_keys(terminal_id, text)
             if keys:
                 # A menu that ignores typed text (an approval dialog): answer with its keys.
-                turn = await self.typing.next_turn(terminal_id)  # before the keys: no reaction can beat it
-                await self.typing.send_keys(window_id, keys)
+                turn = await self.input.next_turn(terminal_id)  # before the keys: no reaction can beat it
+                await self.input.send_keys(window_id, keys)
                 return turn
-            return await self.typing.submit(terminal_id, window_id, text)
+            return await self.input.submit(terminal_id, window_id, text)
 
     def _dialog_keys(self, terminal_id: str, answer: str) -> builtins.list[str] | None:  # (`list` is a method here)
         view = self.monitor.view(terminal_id)
@@ -273,15 +276,15 @@ class TerminalService:
                 "Right, one letter or digit, or C-/M-/S- plus one letter or digit"
             )
         window_id = await self.window(terminal_id)
-        async with self.typing.lock(terminal_id):
-            await self.typing.send_keys(window_id, [key])
+        async with self.input.lock(terminal_id):
+            await self.input.send_keys(window_id, [key])
 
     async def exit(self, terminal_id: str) -> None:
         term = await self.get(terminal_id)
         window_id = await self.window(terminal_id)
         command = get_provider(term.provider).exit_command
-        async with self.typing.lock(terminal_id):
-            await self.typing.submit(terminal_id, window_id, command)
+        async with self.input.lock(terminal_id):
+            await self.input.submit(terminal_id, window_id, command)
 
     # --- output -----------------------------------------------------------------
     async def history(self, terminal_id: str) -> str:
@@ -346,7 +349,7 @@ class TerminalService:
             await self.backend.kill_window(window_id)
         await self.store.run(self.store.delete_terminal, terminal_id)
         self._remove_files(terminal_id, term.host)
-        self.typing.forget(terminal_id)
+        self.input.forget(terminal_id)
         self.bus.publish(TerminalRemoved(terminal_id, "deleted"))
         if term.worktree is None:
             return None
@@ -361,7 +364,7 @@ class TerminalService:
         shutil.rmtree(self.settings.tmp_dir / terminal_id, ignore_errors=True)
         self._spawner.launch_done(terminal_id)
         if host is not None:
-            self.tasks.spawn(self.backend.remove_files(host, f"tmp/{terminal_id}"), f"remove-files:{terminal_id}")
+            self.tasks.spawn(self.placement.remove_files(host, f"tmp/{terminal_id}"), f"remove-files:{terminal_id}")
 
     async def restore(self, terminal_id: str) -> dict:
         """Show a deleted terminal's saved scrollback again, in a plain window. Asked
@@ -373,7 +376,7 @@ class TerminalService:
     async def adopt_all(self) -> dict:
         """Re-attach to terminals that survived a server restart; mark the others gone."""
         sweep_env_files(self.settings.tmp_dir, keep=set(self._spawner.starting))
-        return await adopt_survivors(self.store, self.backend, self.monitor, self._mark_gone)
+        return await adopt_survivors(self.store, self.backend, self.placement, self.monitor, self._mark_gone)
 
     async def on_backend_lost(self, event: Event) -> None:
         """A tmux server ended: every agent it ran (this machine's, or one host's) is gone, and says why."""
@@ -386,7 +389,7 @@ class TerminalService:
         await self.store.run(self.store.mark_gone, terminal_id, reason)
         await self.backend.unwatch(terminal_id)
         self._remove_files(terminal_id, host)
-        self.typing.forget(terminal_id)
+        self.input.forget(terminal_id)
         self.bus.publish(TerminalRemoved(terminal_id, reason))
 
 

@@ -18,21 +18,21 @@ from pathlib import Path
 from ...agent_credentials import ENV_VAR as MCP_TOKEN_ENV
 from ...agent_credentials import credential_for
 from ...auth_token import ensure_token
-from ...backends.base import HostPlace, TerminalBackend
+from ...backends.base import HostPlace, HostPlacement, TerminalBackend
 from ...errors import InvalidInput, NotFound
 from ...models import MODEL_RE, SAFE_NAME_RE, Terminal, Worktree
-from ...profiles import AgentProfile, load_profile
+from ...profiles.loading import AgentProfile, load_profile
+from ...profiles.roles import ToolSet, gives_cao_tools, resolve_tools
 from ...providers.base import Launch, LaunchContext, Provider
 from ...providers.registry import get_provider
 from ...settings import Settings
 from ...store import Store
 from ...store.hosts import HostTables
-from ...tool_policy import ToolSet, gives_cao_tools, resolve_tools
 from ..hosts.placement import LOCAL, choose
 from ..hosts.records import check_name
-from ..launch import env_file, env_file_text, mcp_server_argv, pane_command, write_env_file
 from ..status.monitor import StatusMonitor
 from .engines import check_engine, requested_engine
+from .launch_file import env_file, env_file_text, mcp_server_argv, pane_command, write_env_file
 from .names import check_not_flow_session, check_terminal_id, normalise_session_name
 from .relocate import relocated
 
@@ -143,6 +143,7 @@ class Spawner:
         settings: Settings,
         store: Store,
         backend: TerminalBackend,
+        placement: HostPlacement,
         monitor: StatusMonitor,
         environ: Mapping[str, str],
     ):
@@ -150,6 +151,7 @@ class Spawner:
         self.settings = settings
         self.store = store
         self.backend = backend
+        self.placement = placement
         self.monitor = monitor
         self.environ = environ
         self.host_tables = HostTables(store.engine)
@@ -228,10 +230,10 @@ class Spawner:
     async def remote_workdir(self, path: str | None, host: str) -> str:
         """A working directory on the host: absolute and existing there; default the user's home."""
         if path is None:
-            return (await self.backend.place(host)).home
+            return (await self.placement.place(host)).home
         if len(path) > MAX_PATH_CHARS or "\x00" in path or not path.startswith("/"):
             raise InvalidInput(f"working directory on host {host} must be an absolute path, got {path[:200]!r}")
-        if not await self.backend.is_dir(host, path):
+        if not await self.placement.is_dir(host, path):
             raise InvalidInput(f"working directory {path[:200]!r} does not exist on host {host}")
         return path
 
@@ -258,7 +260,7 @@ class Spawner:
         window_name = (
             f"{profile.name if SAFE_NAME_RE.match(profile.name) else req.agent_profile}-{secrets.token_hex(2)}"
         )
-        place = await self.backend.place(host) if host is not None else None
+        place = await self.placement.place(host) if host is not None else None
         # On a host the agent reaches cao-server through the host's forward (host_environ).
         mcp_url = (self.settings.base_url if place is None else f"http://127.0.0.1:{place.api_port}") + MCP_PATH
         mcp_token = credential_for(ensure_token(self.settings.auth_token_path), terminal_id)
@@ -339,7 +341,7 @@ class Spawner:
                     self.launch_done(terminal_id)
                     shutil.rmtree(self.settings.tmp_dir / terminal_id, ignore_errors=True)
                     if host is not None:
-                        await self.backend.remove_files(host, f"tmp/{terminal_id}")
+                        await self.placement.remove_files(host, f"tmp/{terminal_id}")
         return term
 
     async def _stage_on_host(
@@ -352,7 +354,7 @@ class Spawner:
         there = f"{place.cao_home}/tmp/{ctx.terminal_id}"
         files, executable, moved = relocated(here, str(here), there, launch, {**host_environ(place), **env})
         files[LAUNCH_FILE_NAME] = env_file_text({}, moved.env_all).encode()
-        where = await self.backend.put_files(host, f"tmp/{ctx.terminal_id}", files, executable)
+        where = await self.placement.put_files(host, f"tmp/{ctx.terminal_id}", files, executable)
         shutil.rmtree(here, ignore_errors=True)  # the host has them now; nothing stays here
         return pane_command(Path(f"{where}/{LAUNCH_FILE_NAME}"), moved.launch)
 

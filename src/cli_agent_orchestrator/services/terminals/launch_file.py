@@ -16,8 +16,8 @@ import sys
 from collections.abc import Mapping
 from pathlib import Path
 
-from ..private_files import write_private
-from ..providers.base import Launch
+from ...private_files import write_private
+from ...providers.base import Launch
 
 ENV_FILE_SUFFIX = ".env"
 

@@ -12,9 +12,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from .errors import InvalidInput, NotFound
-from .models import SAFE_NAME_RE
-from .profiles import VARIABLE_RE, AgentProfile, parse_profile, profile_dirs, profile_paths
+from ..errors import InvalidInput, NotFound
+from ..models import SAFE_NAME_RE
+from .loading import VARIABLE_RE, AgentProfile, parse_profile, profile_dirs, profile_paths
 
 
 @dataclass(frozen=True)

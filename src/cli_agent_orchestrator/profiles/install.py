@@ -22,17 +22,17 @@ from contextlib import nullcontext
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
+from ..errors import InvalidInput, NotFound
+from ..models import SAFE_NAME_RE
+from ..private_files import DIR_MODE, FILE_MODE, private_home, replace_private
+from ..providers.kiro_cli import agents_dir
+from ..providers.registry import provider_names
+from .catalog import referenced_variables
 from .env_file import check_values, env_path, env_text_with, env_write_lock, read_env_values
-from .errors import InvalidInput, NotFound
-from .models import SAFE_NAME_RE
-from .private_files import DIR_MODE, FILE_MODE, private_home, replace_private
-from .profile_catalog import referenced_variables
-from .profile_fetch import FETCH_DEADLINE_S, allowed_hosts, fetch_profile_text, is_url, url_file_stem
-from .profiles import AgentProfile, parse_profile, profile_dirs, profile_paths
-from .providers.kiro_agent import agent_document
-from .providers.kiro_cli import agents_dir
-from .providers.registry import provider_names
-from .tool_policy import resolve_tools
+from .fetch import FETCH_DEADLINE_S, allowed_hosts, fetch_profile_text, is_url, url_file_stem
+from .kiro_agent import agent_document
+from .loading import AgentProfile, parse_profile, profile_dirs, profile_paths
+from .roles import resolve_tools
 
 KIRO = "kiro_cli"
 PROFILE_ONLY = (

@@ -17,8 +17,8 @@ from typing import Any
 import httpx
 
 from ..auth_token import auth_headers
-from ..client_edge import describe_detail
 from ..settings import Settings
+from .edge import describe_detail
 
 
 @dataclass(frozen=True)

@@ -1,9 +1,9 @@
-"""Roles and the tool vocabulary: which tools an agent may use, said once for every CLI.
+"""The tool vocabulary, and what each entry is in each CLI's own terms: said once for every CLI.
 
-A profile names its tools in cao's vocabulary (`allowedTools`), or a `role` whose defaults
-apply, or neither (then it is a `developer`). `resolve_tools` turns that into one checked
-list; `TABLE` says, for each vocabulary entry, what it is in each CLI's own terms. Providers
-read their column of the table and never keep a mapping of their own.
+A profile names its tools in cao's vocabulary (`allowedTools`, a role's defaults: profiles/roles.py);
+`TABLE` says, for each entry, what it is in each CLI's own names. Providers read their column of
+the table (`names`, `refused_builtins`) and never keep a mapping of their own; `ENFORCEMENT` says
+how far each CLI can refuse what is outside a set.
 
 Semantics of a resolved set (whether the profile named it or its role gave it):
 - a tool inside the set runs without asking: an agent started by cao works unattended;
@@ -16,12 +16,9 @@ Semantics of a resolved set (whether the profile named it or its role gave it):
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass
-from pathlib import Path
+from collections.abc import Iterable, Mapping
 
-from .errors import InvalidInput
-from .user_settings import user_roles
+from ..errors import InvalidInput
 
 CAO_SERVER = "cao-mcp-server"
 PROVIDERS = ("claude_code", "codex", "gemini_cli", "qwen_cli", "opencode_cli", "kiro_cli")
@@ -120,21 +117,6 @@ ENFORCEMENT = {
     "kiro_cli": "hard",  # the agent JSON `cao install` writes: Kiro offers only its `tools` (kiro_agent)
 }
 
-ROLE_DEFAULTS: dict[str, tuple[str, ...]] = {
-    "supervisor": (f"@{CAO_SERVER}", "fs_read", "fs_list"),
-    "reviewer": ("@builtin", "fs_read", "fs_list", f"@{CAO_SERVER}"),
-    "developer": ("@builtin", "fs_*", "execute_bash", "web_fetch", f"@{CAO_SERVER}"),
-}
-FALLBACK_ROLE = "developer"
-
-
-def gives_cao_tools(tools: Sequence[str] | None, yolo: bool) -> bool:
-    """Whether an agent with this tool set has cao's own tools (handoff, assign, ...)."""
-    if yolo or tools is None:
-        return True
-    server = f"@{CAO_SERVER}"
-    return any(t in (UNRESTRICTED, server) or t.startswith(server + "/") for t in tools)
-
 
 def keeps_prompts(profile_extra: Mapping) -> bool:
     """The profile asks for the CLI's own permission prompts inside its set."""
@@ -148,42 +130,6 @@ def check_tool(name: object, where: str) -> str:
         known = ", ".join([*[t for t in TABLE if t != MCP], "@<mcp server>", UNRESTRICTED, *sorted(MARKERS)])
         raise InvalidInput(f"{where}: unknown tool {name!r} (known: {known})")
     return name
-
-
-def roles(home: Path) -> dict[str, tuple[str, ...]]:
-    """The built-in roles plus the user's (`roles` in `<home>/settings.json`, which may override)."""
-    out = dict(ROLE_DEFAULTS)
-    for role, tools in user_roles(home).items():
-        out[role] = tuple(check_tool(t, f"role {role!r} in settings.json") for t in tools)
-    return out
-
-
-@dataclass(frozen=True)
-class ToolSet:
-    tools: list[str]
-    source: str  # where the set came from, for people: "allowedTools" or "role developer (default)"
-
-
-def resolve_tools(
-    home: Path,
-    profile_name: str,
-    allowed_tools: list[str] | None,
-    role: object,
-    mcp_servers: Mapping | None = None,
-) -> ToolSet:
-    """Explicit `allowedTools` wins; else the role's defaults (`developer` when there is no
-    role), plus `@name` for each of the profile's MCP servers. Unknown role or tool → InvalidInput."""
-    where = f"profile {profile_name!r}"
-    if role is not None and not isinstance(role, str):
-        raise InvalidInput(f"{where}: role must be a string")
-    known = roles(home) if role is not None or allowed_tools is None else ROLE_DEFAULTS
-    if role is not None and role not in known:
-        raise InvalidInput(f"{where}: unknown role {role!r} (known: {', '.join(sorted(known))})")
-    if allowed_tools is not None:
-        return ToolSet([check_tool(t, where) for t in allowed_tools], "allowedTools")
-    tools = list(known[role or FALLBACK_ROLE])
-    tools += [f"@{name}" for name in mcp_servers or {} if f"@{name}" not in tools]
-    return ToolSet(tools, f"role {role}" if role else f"role {FALLBACK_ROLE} (no role or allowedTools)")
 
 
 def names(provider: str, tools: Iterable[str]) -> list[str]:

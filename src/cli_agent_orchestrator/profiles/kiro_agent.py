@@ -15,10 +15,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from .. import tool_policy
 from ..errors import InvalidInput
-from ..profiles import AgentProfile
-from .kiro_cli import agent_tools
+from ..providers import tool_names
+from ..providers.kiro_cli import agent_tools
+from .loading import AgentProfile
 
 # A blocking handoff waits for its worker (up to 3600 s plus cao's margins); Kiro's own
 # default MCP call timeout would cut it off. The reference's value, in milliseconds.
@@ -55,27 +55,27 @@ def _string_list(profile: AgentProfile, key: str) -> list[str] | None:
 
 
 def _servers(profile: AgentProfile, tools: list[str], mcp_server_argv: list[str]) -> dict[str, dict]:
-    unrestricted = tool_policy.UNRESTRICTED in tools
-    wanted = tool_policy.servers(tools)
+    unrestricted = tool_names.UNRESTRICTED in tools
+    wanted = tool_names.servers(tools)
     out: dict[str, dict] = {}
     for name, config in profile.mcp_servers.items():
         if not isinstance(config, dict):
             raise InvalidInput(f"profile {profile.name!r}: mcpServers.{name} must be a mapping")
         if unrestricted or name in wanted:
             out[str(name)] = dict(config)
-    if tool_policy.CAO_SERVER in wanted or unrestricted:
-        cao = out.get(tool_policy.CAO_SERVER, {})
+    if tool_names.CAO_SERVER in wanted or unrestricted:
+        cao = out.get(tool_names.CAO_SERVER, {})
         args = cao.get("args") or []
         if not (isinstance(args, list) and all(isinstance(a, str) for a in args)):
-            raise InvalidInput(f"profile {profile.name!r}: mcpServers.{tool_policy.CAO_SERVER}.args must be strings")
+            raise InvalidInput(f"profile {profile.name!r}: mcpServers.{tool_names.CAO_SERVER}.args must be strings")
         env = cao.get("env") or {}
         if fixed := [name for name in PER_TERMINAL_ENV if isinstance(env, dict) and name in env]:
             raise InvalidInput(
-                f"profile {profile.name!r}: mcpServers.{tool_policy.CAO_SERVER}.env sets {', '.join(fixed)}; "
+                f"profile {profile.name!r}: mcpServers.{tool_names.CAO_SERVER}.env sets {', '.join(fixed)}; "
                 "cao gives each agent its own in its environment, where cao-mcp-server finds it: remove it"
             )
         # Kiro starts it from its own PATH: the absolute command of this installation instead.
-        out[tool_policy.CAO_SERVER] = {
+        out[tool_names.CAO_SERVER] = {
             **cao,
             "command": mcp_server_argv[0],
             "args": [*mcp_server_argv[1:], *args],

@@ -2,7 +2,7 @@
 
 Lookup order for a name: the user's agent store (`<cao home>/agent-store/NAME.md`),
 then each of `extra_profile_dirs` in `<cao home>/settings.json`, then the built-ins
-shipped in `agent_store/`. Dropping a file in the user's store is enough to add or
+shipped in `profiles/builtin/`. Dropping a file in the user's store is enough to add or
 override a profile.
 """
 
@@ -16,10 +16,10 @@ from pathlib import Path
 
 import yaml
 
+from ..errors import InvalidInput, NotFound
+from ..models import SAFE_NAME_RE
+from ..user_settings import extra_profile_dirs
 from .env_file import read_env_values
-from .errors import InvalidInput, NotFound
-from .models import SAFE_NAME_RE
-from .user_settings import extra_profile_dirs
 
 _FRONTMATTER = re.compile(r"\A---\s*\n(.*?)\n---\s*(?:\n|\Z)(.*)\Z", re.S)
 VARIABLE_RE = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)\}")
@@ -41,7 +41,7 @@ class AgentProfile:
 
 
 def builtin_dir() -> Path:
-    return Path(str(resources.files("cli_agent_orchestrator") / "agent_store"))
+    return Path(str(resources.files("cli_agent_orchestrator") / "profiles" / "builtin"))
 
 
 def _yaml_reason(exc: yaml.YAMLError) -> str:
@@ -80,7 +80,7 @@ def parse_profile(text: str, fallback_name: str, source: str, env: dict[str, str
         description=str(meta.get("description") or ""),
         provider=meta.get("provider"),
         model=meta.get("model"),
-        role=meta.get("role"),  # checked where it is used (tool_policy.resolve_tools)
+        role=meta.get("role"),  # checked where it is used (roles.resolve_tools)
         mcp_servers=servers,
         allowed_tools=tools,
         host=host,

@@ -17,7 +17,7 @@ import re
 import select
 import sys
 
-from .auth_token import auth_headers
+from ..auth_token import auth_headers
 
 TIMEOUT_S = 2.0
 MAX_PAYLOAD = 256 * 1024

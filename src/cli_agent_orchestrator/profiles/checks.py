@@ -10,11 +10,12 @@ from collections.abc import Collection
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from .errors import InvalidInput
-from .models import SAFE_NAME_RE
-from .profile_catalog import referenced_variables
-from .profiles import parse_profile
-from .tool_policy import ROLE_DEFAULTS, check_tool
+from ..errors import InvalidInput
+from ..models import SAFE_NAME_RE
+from ..providers.tool_names import check_tool
+from .catalog import referenced_variables
+from .loading import parse_profile
+from .roles import ROLE_DEFAULTS
 
 _STRING_LISTS = ("capabilities", "tags")
 _STRINGS = ("description", "provider", "model", "role")

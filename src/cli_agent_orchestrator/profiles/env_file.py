@@ -13,8 +13,8 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-from .errors import InvalidInput
-from .private_files import exclusive_lock, private_home, replace_private
+from ..errors import InvalidInput
+from ..private_files import exclusive_lock, private_home, replace_private
 
 ENV_FILE_NAME = ".env"
 ENV_LOCK_NAME = ".env.lock"

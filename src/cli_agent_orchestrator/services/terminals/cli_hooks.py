@@ -69,7 +69,7 @@ def read_payload(path: Path) -> dict:
     return value if isinstance(value, dict) else {"value": value}
 
 
-class HookChannel:
+class CliHookChannel:
     """Reads the hook FIFO of one cao home while the server runs."""
 
     def __init__(self, tmp_dir: Path, terminals: SecretCheck, bus: EventBus, spawn: Spawn):

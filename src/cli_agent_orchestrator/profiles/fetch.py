@@ -15,7 +15,7 @@ from collections.abc import Mapping
 
 import httpx
 
-from .errors import InvalidInput
+from ..errors import InvalidInput
 
 DEFAULT_ALLOWED_HOSTS = ("github.com", "raw.githubusercontent.com")
 # A profile is a prompt and some frontmatter; the validate route takes 262144 characters.
