@@ -12,13 +12,12 @@ import json
 import os
 import shutil
 import subprocess
-import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
-from conftest import REPO, CaoServer
+from cao_support import REPO, CaoServer, cli
 
 CHROMIUM = os.environ.get("CAO_CHROMIUM") or "/usr/bin/chromium"
 ARTIFACTS = Path(os.environ.get("CAO_TEST_ARTIFACTS") or REPO / "test-artifacts") / "web-ui"
@@ -53,14 +52,7 @@ def launch(playwright):
 
 def cao_ui(cao: CaoServer, *args: str) -> subprocess.CompletedProcess:
     """`cao ui ARGS` against this server, where no graphical browser can be opened."""
-    env = {**cao.env, "DISPLAY": "", "WAYLAND_DISPLAY": "", "BROWSER": ""}
-    return subprocess.run(
-        [sys.executable, "-m", "cli_agent_orchestrator.cli.main", "ui", *args],
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
+    return cli(cao, "ui", *args, env={"DISPLAY": "", "WAYLAND_DISPLAY": "", "BROWSER": ""}, timeout=60)
 
 
 def login_link(cao: CaoServer) -> str:

@@ -1,193 +1,40 @@
-"""Shared fixtures: a real cao-server process per test (or per module), each with
-its own port, home (CAO_HOME_DIR) and tmux socket directory (TMUX_TMPDIR).
+"""Shared fixtures: a real cao-server process per test (`cao`, `cao_factory`) or per module
+(`cao_module`), each with its own port, home (CAO_HOME_DIR) and tmux socket directory
+(TMUX_TMPDIR); the harness itself (CaoServer, `cli`, `wait_until`, ...) is cao_support.py,
+re-exported here for the modules that import it from conftest.
 
-Good citizenship: a fixture ends only the processes it started (by pid) and
-kills only the tmux server on its own socket.
+Markers (pyproject.toml) are applied here by file and by fixture, so a new test module is
+marked without effort: real_cli, browser, hosts, postgres, and slow for every file the fast
+set (`scripts/test.sh --fast`, FAST_FILES) leaves out.
+
+Good citizenship: a fixture ends only the processes it started (by pid) and kills only the
+tmux server on its own socket.
 """
 
 from __future__ import annotations
 
-import json
-import os
-import signal
-import socket
-import subprocess
-import sys
-import time
-from collections.abc import Callable
+import itertools
+import re
+import types
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
-import httpx
 import pytest
+from cao_support import (  # noqa: F401 (re-exported: `from conftest import CaoServer, wait_until`)
+    CAO,
+    REPO,
+    CaoServer,
+    cli,
+    free_port,
+    read_records,
+    wait_until,
+)
 from stranger_support import stranger  # noqa: F401 (the `stranger` fixture, for every test module)
 
-REPO = Path(__file__).resolve().parent.parent
 
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
-def wait_until(
-    predicate: Callable[[], object], timeout: float = 10.0, interval: float = 0.02, message: str = "condition"
-) -> object:
-    """Poll a condition with a deadline (test side only; product code waits on events)."""
-    deadline = time.monotonic() + timeout
-    last = None
-    while time.monotonic() < deadline:
-        last = predicate()
-        if last:
-            return last
-        time.sleep(interval)
-    raise AssertionError(f"timed out after {timeout}s waiting for {message} (last: {last!r})")
-
-
-class CaoServer:
-    """A cao-server subprocess in an isolated home; restartable (kill -9 included)."""
-
-    def __init__(self, home: Path, extra_env: dict[str, str] | None = None):
-        self.home = home
-        self.port = free_port()
-        self.tmux_tmpdir = home / "tmux"
-        # cao refuses a home others can open (private_files.private_home), so the harness
-        # makes it 0700 as cao would, before the tmux directory inside it.
-        home.mkdir(mode=0o700, parents=True, exist_ok=True)
-        self.tmux_tmpdir.mkdir(mode=0o700, exist_ok=True)
-        self.env = {
-            **os.environ,
-            "CAO_HOME_DIR": str(home),
-            "CAO_API_PORT": str(self.port),
-            "CAO_API_HOST": "127.0.0.1",
-            "TMUX_TMPDIR": str(self.tmux_tmpdir),
-            "CAO_MOCK_DELAY_MS": "20",
-            "CAO_LOG_LEVEL": os.environ.get("CAO_LOG_LEVEL", "info"),
-            # `cao install` (CLI or route) for kiro_cli writes here, never into the real ~/.kiro.
-            "CAO_AGENTS_DIR": str(home / "kiro-agents"),
-            **(extra_env or {}),
-        }
-        self.env.pop("TMUX", None)
-        self.proc: subprocess.Popen | None = None
-        # How the server is started (a test may wrap it: prlimit, or `--supervise`).
-        self.start_argv = [sys.executable, "-m", "cli_agent_orchestrator.cli.server"]
-        self.url = f"http://127.0.0.1:{self.port}"
-        self.client = httpx.Client(base_url=self.url, timeout=60)
-
-    def start(self) -> CaoServer:
-        log = open(self.home / "server.out", "ab")
-        self.proc = subprocess.Popen(
-            self.start_argv,
-            # The server's directory is where agents work by default; never this repository
-            # (a generated `use_worktree=true` would branch it).
-            cwd=self.home,
-            env=self.env,
-            stdout=log,
-            stderr=subprocess.STDOUT,
-        )
-        wait_until(self._healthy, timeout=20, message="cao-server health")
-        return self
-
-    def _healthy(self) -> bool:
-        if self.proc is not None and self.proc.poll() is not None:
-            raise AssertionError(f"cao-server exited: {(self.home / 'server.out').read_text()[-2000:]}")
-        try:
-            return self.client.get("/health").status_code == 200
-        except httpx.HTTPError:
-            return False
-
-    def kill9(self) -> None:
-        assert self.proc is not None
-        self.proc.send_signal(signal.SIGKILL)
-        self.proc.wait(10)
-        self.proc = None
-
-    def stop(self) -> None:
-        if self.proc is not None and self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
-            try:
-                self.proc.wait(10)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait(5)
-        self.proc = None
-
-    def hook_secret(self, terminal_id: str) -> str:
-        """The secret a terminal's hooks carry (what CAO_HOOK_SECRET holds in its pane)."""
-        rows = self.sql("SELECT hook_secret FROM terminals WHERE id = :id", id=terminal_id)
-        assert rows and rows[0][0], f"no hook secret for {terminal_id}"
-        return rows[0][0]
-
-    def sql(self, statement: str, **params) -> list:
-        """Run one statement on this server's database (its SQLite file, or CAO_DATABASE_URL),
-        committed; the rows it returns, or [rowcount] for a statement that returns none."""
-        import sqlalchemy as sa
-
-        from cli_agent_orchestrator.store.db import engine_url
-
-        engine = sa.create_engine(
-            engine_url(self.env.get("CAO_DATABASE_URL") or self.home / "db" / "cli-agent-orchestrator.db"),
-            poolclass=sa.pool.NullPool,
-        )
-        try:
-            with engine.begin() as conn:
-                result = conn.execute(sa.text(statement), params)
-                return [tuple(r) for r in result] if result.returns_rows else [result.rowcount]
-        finally:
-            engine.dispose()
-
-    def post_hook(
-        self, terminal_id: str, event: str, payload: dict | None = None, secret: str | None = None
-    ) -> httpx.Response:
-        secret = self.hook_secret(terminal_id) if secret is None else secret
-        return self.client.post(
-            f"/terminals/{terminal_id}/hooks",
-            json={"event": event, "payload": payload or {}},
-            headers={"X-CAO-Hook-Secret": secret},
-        )
-
-    def tmux(self, *args: str) -> subprocess.CompletedProcess:
-        socket_name = self.client.get("/health").json()["tmux_socket"] if self.proc else self._socket_name()
-        env = {k: v for k, v in self.env.items() if k != "TMUX"}
-        return subprocess.run(["tmux", "-L", socket_name, *args], env=env, capture_output=True, text=True)
-
-    def _socket_name(self) -> str:
-        import hashlib
-
-        return "cao-" + hashlib.sha1(str(self.home.resolve()).encode()).hexdigest()[:8]
-
-    def cleanup(self) -> None:
-        self.stop()
-        env = {k: v for k, v in self.env.items() if k != "TMUX"}
-        subprocess.run(["tmux", "-L", self._socket_name(), "kill-server"], env=env, capture_output=True)
-        self.client.close()
-
-    # --- conveniences -------------------------------------------------------------
-    def create_session(self, profile: str = "developer", **params) -> dict:
-        params = {"agent_profile": profile, "provider": "mock_cli", **params}
-        resp = self.client.post("/sessions", params=params)
-        assert resp.status_code == 201, resp.text
-        return resp.json()
-
-    def status(self, terminal_id: str) -> str:
-        return self.client.get(f"/terminals/{terminal_id}").json()["status"]
-
-    def wait_status(self, terminal_id: str, wanted: str | set[str], timeout: float = 10) -> str:
-        wanted_set = {wanted} if isinstance(wanted, str) else wanted
-        return wait_until(
-            lambda: (s := self.status(terminal_id)) in wanted_set and s,
-            timeout,
-            message=f"{terminal_id} status in {wanted_set}",
-        )
-
-    def send(self, terminal_id: str, message: str) -> dict:
-        resp = self.client.post(f"/terminals/{terminal_id}/input", json={"message": message})
-        assert resp.status_code == 200, resp.text
-        return resp.json()
-
-
+# --- servers ---------------------------------------------------------------------------------
 @pytest.fixture
-def cao(tmp_path: Path):
+def cao(tmp_path: Path) -> Iterator[CaoServer]:
     server = CaoServer(tmp_path / "home").start()
     try:
         yield server
@@ -195,8 +42,19 @@ def cao(tmp_path: Path):
         server.cleanup()
 
 
+@pytest.fixture(scope="module")
+def cao_module(tmp_path_factory: pytest.TempPathFactory) -> Iterator[CaoServer]:
+    """One server for a whole module, for tests that do not disturb each other (each makes
+    its own sessions and asserts only on them): a start-up saved per test."""
+    server = CaoServer(tmp_path_factory.mktemp("home")).start()
+    try:
+        yield server
+    finally:
+        server.cleanup()
+
+
 @pytest.fixture
-def cao_factory(tmp_path: Path):
+def cao_factory(tmp_path: Path) -> Iterator[Callable[..., CaoServer]]:
     servers: list[CaoServer] = []
 
     def make(name: str = "home", **env: str) -> CaoServer:
@@ -211,15 +69,9 @@ def cao_factory(tmp_path: Path):
             server.cleanup()
 
 
-def read_records(path: Path) -> list[str]:
-    if not path.exists():
-        return []
-    return [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
-
-
 @pytest.fixture(scope="session")
 def postgres():
-    """One throwaway PostgreSQL server for the session (pg_support.py); skips without it."""
+    """One throwaway PostgreSQL server per session (per xdist worker; pg_support.py); skips without it."""
     from pg_support import Postgres
 
     server = Postgres().start()
@@ -230,7 +82,7 @@ def postgres():
 
 
 @pytest.fixture
-def pg_cao_factory(tmp_path: Path, postgres):
+def pg_cao_factory(tmp_path: Path, postgres) -> Iterator[Callable[..., CaoServer]]:
     """Like cao_factory, each server's state in a fresh PostgreSQL database (CAO_DATABASE_URL)."""
     servers: list[CaoServer] = []
 
@@ -244,3 +96,162 @@ def pg_cao_factory(tmp_path: Path, postgres):
     finally:
         for server in servers:
             server.cleanup()
+
+
+@pytest.fixture
+def anyio_backend() -> str:
+    """The anyio plugin's event loop for `@pytest.mark.anyio` tests: asyncio only."""
+    return "asyncio"
+
+
+# --- markers, applied by file and by fixture ---------------------------------------------------
+BROWSER_FILES = {"test_web_ui.py"}
+HOSTS_FILES = {"test_remote_hosts.py", "test_hosts.py", "test_host_placement_entry.py"}
+POSTGRES_FILES = {"test_postgres.py"}
+# The fast set (`scripts/test.sh --fast`, under a minute on a 2-core machine): the pure
+# units (screens, workflow language, settings) and the cheapest files that drive a real
+# server and the mock agent end to end. Every other file is marked `slow`, new ones too,
+# so the fast set stays fast; move a file here only if `--durations` says it is cheap.
+FAST_FILES = {
+    # pure: no server
+    "test_units.py",
+    "test_docs.py",
+    "test_layout.py",
+    "test_settings.py",
+    "test_provider_registry.py",
+    "test_paste_recovery_screens.py",
+    "test_screens_claude_code.py",
+    "test_screens_codex.py",
+    "test_screens_gemini_cli.py",
+    "test_screens_kiro_cli.py",
+    "test_screens_opencode_cli.py",
+    "test_screens_qwen_cli.py",
+    "test_workflow_gate.py",
+    "test_workflow_lint.py",
+    "test_workflow_shim.py",
+    "test_workflow_yaml.py",
+    "test_flow_offsets.py",
+    "test_codex_dialog_race.py",
+    # a real server, tmux and the mock agent
+    "test_status_monitor.py",
+    "test_tmux_channel.py",
+    "test_mock_agent.py",
+    "test_mock_brain.py",
+    "test_tool_policy.py",
+    "test_bad_input.py",
+    "test_workflow_runs.py",
+    "test_workflow_examples.py",
+}
+
+
+# A test needs a marker's prerequisite when its code, or a fixture's, uses one of these
+# (module, names): resolved through the function's globals, so an unrelated `launch` is not one.
+NEEDS = {
+    "browser": ("browser_support", {"launch", "signed_in", "require_chromium"}),
+    "hosts": ("ssh_support", {"sshd_running", "ssh_cao_running", "Sshd", "SshHomeServer", "Netns"}),
+    "postgres": ("pg_support", {"Postgres"}),
+}
+
+
+def _code_refs(fn: object) -> tuple[set[str], set[str]]:
+    """Names and string constants a function's code refers to, nested functions included."""
+    code = getattr(fn, "__code__", None)
+    names: set[str] = set()
+    strings: set[str] = set()
+    todo = [code] if code is not None else []
+    while todo:
+        c = todo.pop()
+        names.update(c.co_names)
+        for const in c.co_consts:
+            if isinstance(const, types.CodeType):
+                todo.append(const)
+            elif isinstance(const, str):
+                strings.add(const)
+    return names, strings
+
+
+def _uses(fn: object, module: str, wanted: set[str]) -> bool:
+    """Whether fn uses one of module's `wanted` objects (or a subclass of one of them)."""
+    names, _ = _code_refs(fn)
+    if module in names and names & wanted:  # `from module import name` inside the function
+        return True
+    found = getattr(fn, "__globals__", {})
+    for name in names:
+        obj = found.get(name)
+        bases = obj.__mro__ if isinstance(obj, type) else (obj,)
+        if any(getattr(b, "__module__", None) == module and getattr(b, "__name__", None) in wanted for b in bases):
+            return True
+    return False
+
+
+def _file_markers(name: str) -> set[str]:
+    """The markers every test of the file named `name` gets."""
+    marks: set[str] = set()
+    if name.startswith("test_real_"):
+        marks.add("real_cli")
+    for mark, files in (
+        ("browser", BROWSER_FILES),
+        ("hosts", HOSTS_FILES),
+        ("postgres", POSTGRES_FILES),
+    ):
+        if name in files:
+            marks.add(mark)
+    if name not in FAST_FILES:
+        marks.add("slow")
+    return marks
+
+
+def _markers_for(item: pytest.Item) -> set[str]:
+    marks = _file_markers(Path(str(item.fspath)).name)
+    # A module that uses the real-CLI harness drives real CLIs, whatever its name.
+    module = getattr(item, "module", None)
+    if module is not None and any(getattr(v, "__module__", None) == "real_cli_support" for v in vars(module).values()):
+        marks.add("real_cli")
+
+    if set(getattr(item, "fixturenames", ())) & {"postgres", "pg_cao_factory"}:
+        marks.add("postgres")
+    # The test function and every fixture it uses.
+    functions: list[object] = [getattr(item, "function", None)]
+    info = getattr(item, "_fixtureinfo", None)
+    for defs in info.name2fixturedefs.values() if info else ():
+        functions.extend(d.func for d in defs)
+    params = getattr(getattr(item, "callspec", None), "params", {})
+    for fn in functions:
+        for mark, (module, wanted) in NEEDS.items():
+            if _uses(fn, module, wanted):
+                marks.add(mark)
+        # `request.getfixturevalue("postgres")` in a fixture parametrized over the engines.
+        names, strings = _code_refs(fn)
+        if "getfixturevalue" in names and "postgres" in strings and any("postg" in str(v) for v in params.values()):
+            marks.add("postgres")
+    return marks
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    for item in items:
+        for name in sorted(_markers_for(item)):
+            item.add_marker(getattr(pytest.mark, name))
+
+
+def pytest_ignore_collect(collection_path: Path, config: pytest.Config) -> bool | None:
+    """Skip importing a test file whose every test `-m` would deselect anyway (`--fast`
+    leaves out most files: importing them costs each xdist worker seconds). Only for an
+    expression over this file's markers; a test can gain browser, hosts or postgres from its
+    fixtures, so the file is skipped only if no such gain would select it."""
+    expression = config.getoption("markexpr", "")
+    name = collection_path.name
+    if not expression or not (name.startswith("test_") and name.endswith(".py")):
+        return None
+    ours = {"real_cli", "browser", "hosts", "postgres", "slow"}
+    if set(re.findall(r"[A-Za-z_][\w.]*", expression)) - {"and", "or", "not"} - ours:
+        return None  # names another marker (anyio, skipif, ...), which only the tests know
+    from _pytest.mark.expression import Expression  # pytest's own `-m` parser
+
+    compiled = Expression.compile(expression)
+    marks = _file_markers(name)
+    gained = ("real_cli", "browser", "hosts", "postgres")
+    for extra in itertools.chain.from_iterable(itertools.combinations(gained, n) for n in range(5)):
+        have = marks | set(extra)
+        if compiled.evaluate(lambda mark, have=have, **_: mark in have):
+            return None
+    return True

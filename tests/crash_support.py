@@ -7,7 +7,7 @@ from __future__ import annotations
 import subprocess
 from collections.abc import Callable
 
-from conftest import CaoServer, wait_until
+from cao_support import CaoServer, wait_until
 
 from cli_agent_orchestrator.services.inbox import MARK_ROWS_ABOVE, occurrences
 

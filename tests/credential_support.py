@@ -7,7 +7,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import psutil
-from conftest import CaoServer
+from cao_support import CaoServer
 
 from cli_agent_orchestrator.agent_credentials import credential_for
 

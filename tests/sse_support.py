@@ -9,7 +9,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 import httpx
-from conftest import CaoServer
+from cao_support import CaoServer
 
 # cao-server sends a keepalive comment every 15 s, so a read never blocks longer than this.
 READ_TIMEOUT_S = 30.0

@@ -20,7 +20,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from conftest import CaoServer, free_port, wait_until
+from cao_support import START_TIMEOUT, CaoServer, free_port, wait_until
 
 SSHD = Path("/usr/sbin/sshd")
 CAO = str(Path(sys.executable).parent / "cao")
@@ -42,12 +42,20 @@ class Sshd:
     `netns` if given) that takes one client key."""
 
     def __init__(
-        self, root: Path, allow_users: tuple[str, ...] = (), address: str = "127.0.0.1", netns: str | None = None
+        self,
+        root: Path,
+        allow_users: tuple[str, ...] = (),
+        address: str = "127.0.0.1",
+        netns: str | None = None,
+        path: str | None = None,
     ):
         self.root = root
         self.allow_users = allow_users
         self.address = address
         self.netns = netns
+        # The PATH of every ssh command: by default cao's tools as this checkout has them, ahead
+        # of the system's directories; a host of another uid names its own installation.
+        self.path = path or f"{Path(sys.executable).parent}:/usr/local/bin:/usr/bin:/bin"
         self.port = free_port()
         self.host_key = root / "host_key"
         self.client_key = root / "client_key"
@@ -78,8 +86,7 @@ class Sshd:
                     "KbdInteractiveAuthentication no",
                     "PermitRootLogin prohibit-password",
                     f"AllowUsers {' '.join((user, *self.allow_users))}",
-                    # cao's tools as this checkout has them, ahead of the system's directories.
-                    f"SetEnv PATH={Path(sys.executable).parent}:/usr/local/bin:/usr/bin:/bin",
+                    f"SetEnv PATH={self.path}",
                     "",
                 ]
             )
@@ -192,11 +199,15 @@ class SshHomeServer(CaoServer):
             stdout=log,
             stderr=subprocess.STDOUT,
         )
-        wait_until(self._healthy, timeout=20, message="cao-server health")
+        wait_until(self._healthy, timeout=START_TIMEOUT, message="cao-server health")
         return self
 
     def control_sockets(self) -> list[Path]:
-        where = self.home / "tmp" / "ssh"
+        # Beside cao-server's api.sock: <home>/tmp/ssh, or elsewhere when the home's path is too
+        # long for a socket name (a pytest-xdist worker's tmp_path): ask cao where, as it does.
+        from cli_agent_orchestrator.runtime_dir import socket_dir
+
+        where = socket_dir(self.home / "tmp", self.env) if (self.home / "tmp").exists() else self.home / "tmp" / "ssh"
         # api.sock is cao-server's own listener for hosts, not an ssh master
         return sorted(p for p in where.iterdir() if p.is_socket() and p.name != "api.sock") if where.exists() else []
 
@@ -210,7 +221,7 @@ class SshHomeServer(CaoServer):
             )
 
 
-def sshd_running(tmp_path_factory, allow_users: tuple[str, ...] = ()):
+def sshd_running(tmp_path_factory, allow_users: tuple[str, ...] = (), path: str | None = None):
     """A started Sshd (a generator for a fixture: it is stopped after the yield)."""
     for tool in ("ssh", "ssh-keygen", "unshare"):
         if shutil.which(tool) is None:
@@ -222,32 +233,31 @@ def sshd_running(tmp_path_factory, allow_users: tuple[str, ...] = ()):
     probe = subprocess.run(["unshare", "--mount", "--propagation", "private", "true"], capture_output=True, text=True)
     if probe.returncode != 0:
         cannot_run(f"cannot make a mount namespace to isolate ~/.ssh: {probe.stderr.strip()}")
-    made_privsep = not PRIVSEP_DIR.exists()
-    if made_privsep:
-        PRIVSEP_DIR.mkdir(mode=0o755, parents=True)
-    server = Sshd(tmp_path_factory.mktemp("sshd"), allow_users)
+    # Made when missing and left in place: another xdist worker's sshd may be using it, and it
+    # is the directory Debian's own sshd service makes (empty, root's).
+    PRIVSEP_DIR.mkdir(mode=0o755, parents=True, exist_ok=True)
+    server = Sshd(tmp_path_factory.mktemp("sshd"), allow_users, path=path)
     try:
         yield server.start()
     finally:
         server.stop()
-        if made_privsep:
-            PRIVSEP_DIR.rmdir()
 
 
 def ssh_cao_running(tmp_path: Path, sshd: Sshd, env: dict[str, str] | None = None):
     """A cao-server whose ssh knows the test sshd's host key and uses the client key
     (a generator for a fixture)."""
     real_ssh_dir = Path(pwd.getpwuid(os.getuid()).pw_dir) / ".ssh"
-    made_ssh_dir = not real_ssh_dir.exists()
-    if made_ssh_dir:  # a mount point must exist; it is removed again below
-        real_ssh_dir.mkdir(mode=0o700)
+    # A mount point must exist. Made when missing and left in place (empty, 0700): another
+    # xdist worker's server may have its private ~/.ssh mounted on it right now.
+    real_ssh_dir.mkdir(mode=0o700, exist_ok=True)
     user_home = tmp_path / "u"
     dot_ssh = user_home / ".ssh"
     dot_ssh.mkdir(parents=True, mode=0o700)
     (dot_ssh / "known_hosts").write_text(sshd.known_hosts_line())
     (dot_ssh / "config").write_text(f"Host *\n  IdentityFile {sshd.client_key}\n  IdentitiesOnly yes\n")
     os.chmod(dot_ssh / "config", 0o600)
-    # A short home: the control sockets under <home>/tmp/ssh must fit a Unix socket path.
+    # A short home, so the control sockets are under <home>/tmp/ssh when the path fits (not under
+    # a pytest-xdist worker's longer tmp_path: cao then picks another private dir, see runtime_dir).
     server = SshHomeServer(tmp_path / "h", user_home, real_ssh_dir, env)
     server.dot_ssh = dot_ssh
     try:
@@ -255,5 +265,3 @@ def ssh_cao_running(tmp_path: Path, sshd: Sshd, env: dict[str, str] | None = Non
     finally:
         server.end_masters()
         server.cleanup()
-        if made_ssh_dir and not any(real_ssh_dir.iterdir()):
-            real_ssh_dir.rmdir()

@@ -1,11 +1,11 @@
 """What the HTTP API says is what it does: a held inbox message goes in the moment the text
 that held it is erased, a reply longer than the pane's history comes back marked cut, and
-the request body bound is where the README puts it.
+the request body bound is where docs/http-api.md puts it.
 """
 
 from __future__ import annotations
 
-from conftest import CaoServer, wait_until
+from cao_support import CaoServer, wait_until
 from sse_support import EventStream
 
 
@@ -67,7 +67,7 @@ def test_a_reply_longer_than_the_history_comes_back_marked_cut(cao: CaoServer):
     assert body == {"output": "MOCK: short one", "mode": "last"}
 
 
-# --- the request body bound (README "HTTP API") ------------------------------------------------
+# --- the request body bound (docs/http-api.md) --------------------------------------------------
 README_BODY_LIMIT = 8 * 1024 * 1024  # "8 MiB", CAO_MAX_BODY_BYTES's default
 
 

@@ -7,7 +7,7 @@ import shutil
 from pathlib import Path
 
 import pytest
-from conftest import CaoServer
+from cao_support import CaoServer
 
 
 @pytest.fixture(scope="module")

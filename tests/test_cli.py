@@ -7,29 +7,18 @@ import os
 import pty
 import select
 import subprocess
-import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
 
-from conftest import CaoServer, free_port, wait_until
-
-CAO = str(Path(sys.executable).parent / "cao")
+from cao_support import CAO, CaoServer, cli, free_port, wait_until
 
 
 def run(
     server: CaoServer, *args: str, stdin: str | None = None, cwd: Path | None = None, timeout: float = 60, **env: str
 ) -> subprocess.CompletedProcess:
     # stdin is never the test runner's terminal: launch's confirmation must see "not a TTY".
-    return subprocess.run(
-        [CAO, *args],
-        env={**server.env, **env},
-        input=stdin if stdin is not None else "",
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-        cwd=cwd,
-    )
+    return cli(server, *args, input=stdin, env=env, timeout=timeout, cwd=cwd)
 
 
 def ok(server: CaoServer, *args: str, **kwargs) -> str:

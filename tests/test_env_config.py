@@ -1,4 +1,4 @@
-"""Configuration the README promises, checked through a real cao-server:
+"""Configuration the docs promise (docs/configuration.md, profiles.md), checked through a real cao-server:
 
 - agent profiles: "`${VAR}` is filled from the environment and `<home>/.env`";
 - provider resolution "explicit `provider` → the profile's → `CAO_DEFAULT_PROVIDER` → `kiro_cli`";
@@ -13,7 +13,7 @@ import os
 import shutil
 from pathlib import Path
 
-from conftest import CaoServer, read_records, wait_until
+from cao_support import CaoServer, read_records, wait_until
 
 # --- ${VAR} in agent profiles -------------------------------------------------------------------
 # The variables land where the API shows them (model, allowedTools) and where the agent acts on
@@ -148,7 +148,7 @@ def test_without_the_variable_the_default_is_kiro_cli(cao_factory):
     assert _detail(resp) == (
         "no provider given (neither the request nor profile 'developer' names one) and cao-server's default, "
         "kiro_cli (CAO_DEFAULT_PROVIDER is not set), cannot be used: provider kiro_cli: its CLI `kiro-cli` is "
-        "not on cao-server's PATH; install it (see the README's provider table) or pick another provider"
+        "not on cao-server's PATH; install it (see docs/providers.md) or pick another provider"
     )
     assert server.client.get("/terminals").json() == []
 

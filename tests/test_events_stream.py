@@ -4,7 +4,7 @@ topics a client gets; a malformed pattern is refused with a reason."""
 
 from __future__ import annotations
 
-from conftest import CaoServer
+from cao_support import CaoServer
 from sse_support import EventStream
 
 

@@ -22,7 +22,7 @@ from pathlib import Path
 
 import httpx
 import pytest
-from conftest import CaoServer, free_port, read_records, wait_until
+from cao_support import CaoServer, free_port, read_records, wait_until
 from pg_support import Postgres
 
 

@@ -11,14 +11,12 @@ import re
 import select
 import signal
 import subprocess
-import sys
 import time
 from pathlib import Path
 
 import pytest
-from conftest import REPO, CaoServer, free_port, wait_until
+from cao_support import CAO, REPO, CaoServer, cli, free_port, wait_until
 
-CAO = str(Path(sys.executable).parent / "cao")
 OK_SCRIPT = """from cao_workflow import run_step, emit_output
 h = run_step("mock_cli", "reviewer", "review part 1")
 emit_output({"out": h.output})
@@ -44,9 +42,7 @@ def server(tmp_path_factory):
 
 def cao(server: CaoServer, *args: str, timeout: float = 90, **env: str) -> subprocess.CompletedProcess:
     """`cao ARGS` with stdin and stdout not a terminal."""
-    return subprocess.run(
-        [CAO, *args], env={**server.env, **env}, input="", capture_output=True, text=True, timeout=timeout
-    )
+    return cli(server, *args, env=env, timeout=timeout)
 
 
 def ok(server: CaoServer, *args: str, **env: str) -> str:

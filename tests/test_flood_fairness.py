@@ -6,7 +6,7 @@ this test checks the mechanism and that every status stays right."""
 
 from __future__ import annotations
 
-from conftest import CaoServer, wait_until
+from cao_support import CaoServer, wait_until
 
 FLOOD_LINES = 200_000
 

@@ -16,17 +16,13 @@ from pathlib import Path
 
 import httpx
 import pytest
-from conftest import CaoServer, wait_until
+from cao_support import CaoServer, wait_until
 from test_flows import CAO, add, write_flow
 
 
 @pytest.fixture(scope="module")
-def srv(tmp_path_factory):
-    server = CaoServer(tmp_path_factory.mktemp("flow-ownership") / "home").start()
-    try:
-        yield server
-    finally:
-        server.cleanup()
+def srv(cao_module: CaoServer) -> CaoServer:
+    return cao_module
 
 
 def run_now(server: CaoServer, name: str) -> dict:

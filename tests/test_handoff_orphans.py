@@ -13,7 +13,7 @@ from pathlib import Path
 import httpx
 import pytest
 import sqlalchemy as sa
-from conftest import CaoServer, read_records, wait_until
+from cao_support import CaoServer, read_records, wait_until
 from workflow_support import Workflows
 
 from cli_agent_orchestrator.store.db import Store, engine_url

@@ -29,13 +29,11 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from conftest import REPO, CaoServer
+from cao_support import CAO, REPO, CaoServer, cli
 from stranger_support import Stranger
 
 from cli_agent_orchestrator.profiles.env_file import read_env_values
 from cli_agent_orchestrator.runtime_dir import MAX_SOCKET_PATH, RECORD_NAME, SOCKET_NAME_ROOM, socket_dir
-
-CAO = str(Path(sys.executable).parent / "cao")
 
 
 def cli_env(home: Path, **extra: str) -> dict[str, str]:
@@ -307,7 +305,7 @@ def test_everything_under_the_home_is_0600_in_0700_directories(cao_factory, tmp_
     assert api.post("/flows", json={**fields, "prompt_template": "hello"}).status_code == 201
     assert api.post("/flows/by-fields/run", params={"wait": "true"}, timeout=120).json()["run"]["state"] == "completed"
     (tmp_path / "by-path.flow.md").write_text(FLOW_FILE)
-    added = subprocess.run([CAO, "flow", "add", str(tmp_path / "by-path.flow.md")], env=server.env, capture_output=True)
+    added = cli(server, "flow", "add", str(tmp_path / "by-path.flow.md"))
     assert added.returncode == 0, added.stderr
     # A workflow file is the user's (cao never writes one); it is written as cao would.
     fd = os.open(server.home / "workflows" / "walk.py", os.O_WRONLY | os.O_CREAT, 0o600)
@@ -318,7 +316,7 @@ def test_everything_under_the_home_is_0600_in_0700_directories(cao_factory, tmp_
     installed = api.post("/agents/profiles/install", json={"source": "reviewer", "env_vars": {"A": "1"}})
     assert installed.status_code == 200, installed.text
     for args in (["install", "developer", "--provider", "kiro_cli", "--env", "B=2"], ["env", "set", "C", "3"]):
-        done = subprocess.run([CAO, *args], env=server.env, capture_output=True, text=True)
+        done = cli(server, *args)
         assert done.returncode == 0, done.stderr
 
     wrong = []

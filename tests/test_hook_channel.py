@@ -15,7 +15,7 @@ import subprocess
 from pathlib import Path
 
 import pytest
-from conftest import CaoServer, wait_until
+from cao_support import CaoServer, wait_until
 
 # Autouse: without tmux every test here skips, or fails under CI (CAO_REQUIRE_REAL_CLIS).
 from real_cli_support import (

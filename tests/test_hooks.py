@@ -9,7 +9,7 @@ import os
 import subprocess
 import sys
 
-from conftest import CaoServer, wait_until
+from cao_support import CaoServer, wait_until
 from sse_support import EventStream
 
 HOOKED = "---\nname: hooked\nprovider: mock_cli\nmock: {hooks: true}\n---\nA mock that reports its turns by hooks.\n"

@@ -13,14 +13,13 @@ from __future__ import annotations
 
 import json
 import shutil
-import subprocess
 import sys
 from collections.abc import Iterator
 from pathlib import Path
 
 import httpx
 import pytest
-from conftest import CaoServer
+from conftest import CaoServer, cli
 from mcp.client.session import ClientSession
 from mcp.client.stdio import StdioServerParameters, stdio_client
 from mcp_support import agent_env, call, mcp_session
@@ -43,11 +42,6 @@ def srv(tmp_path_factory) -> Iterator[CaoServer]:
         yield server
     finally:
         server.cleanup()
-
-
-@pytest.fixture
-def anyio_backend() -> str:
-    return "asyncio"
 
 
 # --- helpers --------------------------------------------------------------------------------
@@ -95,17 +89,6 @@ def delete_session(server: CaoServer, name: str) -> None:
 
 def mcp_env(server: CaoServer, terminal_id: str | None) -> dict[str, str]:
     return agent_env(server, terminal_id)
-
-
-def cao_cli(server: CaoServer, *args: str) -> subprocess.CompletedProcess:
-    return subprocess.run(
-        [str(BIN / "cao"), *args],
-        env=server.env,
-        capture_output=True,
-        text=True,
-        timeout=120,
-        stdin=subprocess.DEVNULL,
-    )
 
 
 # --- HTTP: the create routes ----------------------------------------------------------------
@@ -417,25 +400,25 @@ def test_a_flow_on_host_local_runs_here(srv: CaoServer, tmp_path: Path) -> None:
 def test_cao_launch_host_refuses_an_unknown_host_and_tables_show_the_host_column(srv: CaoServer) -> None:
     launch = ("launch", "--agents", "developer", "--provider", "mock_cli", "--headless", "--yolo")
     before = snapshot(srv)
-    proc = cao_cli(srv, *launch, "--host", UNKNOWN)
+    proc = cli(srv, *launch, "--host", UNKNOWN)
     assert proc.returncode != 0 and UNKNOWN_MESSAGE in proc.stderr, (proc.stdout, proc.stderr)
-    proc = cao_cli(srv, *launch, "--host", MALFORMED)
+    proc = cli(srv, *launch, "--host", MALFORMED)
     assert proc.returncode != 0 and "host" in proc.stderr, (proc.stdout, proc.stderr)
     assert snapshot(srv) == before
 
-    proc = cao_cli(srv, *launch, "--host", "local", "--json")
+    proc = cli(srv, *launch, "--host", "local", "--json")
     assert proc.returncode == 0, proc.stderr
     term = json.loads(proc.stdout)
     assert term["host"] is None
     try:
-        listing = cao_cli(srv, "terminal", "list").stdout.splitlines()
+        listing = cli(srv, "terminal", "list").stdout.splitlines()
         header = listing[0].split()
         assert "HOST" in header
         row = next(line for line in listing if line.startswith(term["id"]))
         assert row.split()[header.index("HOST")] == "local"
-        session = cao_cli(srv, "session", "get", term["session_name"]).stdout
+        session = cli(srv, "session", "get", term["session_name"]).stdout
         assert "HOST" in session and "local" in session
-        status = cao_cli(srv, "terminal", "status", term["id"]).stdout
+        status = cli(srv, "terminal", "status", term["id"]).stdout
         assert any(line.split() == ["Host:", "local"] for line in status.splitlines()), status
     finally:
         delete_session(srv, term["session_name"])

@@ -17,7 +17,7 @@ import subprocess
 from pathlib import Path
 
 import pytest
-from conftest import CaoServer, free_port
+from conftest import CaoServer, cli, free_port
 from ssh_support import CAO, ssh_cao_running, sshd_running
 
 
@@ -39,11 +39,6 @@ def plain_cao(tmp_path_factory):
         yield server
     finally:
         server.cleanup()
-
-
-def cli(server: CaoServer, *args: str) -> subprocess.CompletedProcess:
-    env = {**server.env, "CAO_API_PORT": str(server.port)}
-    return subprocess.run([CAO, *args], env=env, capture_output=True, text=True, timeout=120)
 
 
 def stored_names(server: CaoServer) -> list[str]:
@@ -281,3 +276,20 @@ def test_the_probe_answer_is_read_strictly():
     ):
         with pytest.raises(ProbeUnreadable):
             parse_probe(bad)
+
+
+def test_check_probes_every_registered_providers_cli_by_its_name_on_a_host():
+    """Built-in and entry-point providers alike; a provider that runs a path of cao-server's
+    machine is probed by its `host_binary`, and without one it is reported, not skipped."""
+    from cli_agent_orchestrator.services.hosts.check import report_items
+    from cli_agent_orchestrator.services.hosts.service import _provider_clis
+
+    clis, unplaceable = _provider_clis()
+    assert clis["mock_cli"] == "cao-mock-agent" and clis["kiro_cli"] == "kiro-cli", clis
+    assert unplaceable == {}
+    values = {"os.kernel": "Linux", "os.id": "debian", "bin.cao-mock-agent": "/home/u/venv/bin/cao-mock-agent"}
+    items = {i.name: i for i in report_items(values, {"mock_cli": "cao-mock-agent"}, {"odd": "/opt/odd/bin/odd"})}
+    assert items["cao-mock-agent"].ok and items["cao-mock-agent"].provider == "mock_cli"
+    odd = items["odd"]
+    assert odd.kind == "cli" and not odd.ok and "/opt/odd/bin/odd" in odd.detail, odd
+    assert odd.fix is not None and "host_binary" in odd.fix

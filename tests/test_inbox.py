@@ -1,4 +1,5 @@
-"""Inbox delivery: on idle, queued while busy, in order, exactly once, failures reported."""
+"""Inbox delivery: on idle, queued while busy, in order, exactly once, failures reported; the
+claim (the conditional UPDATE from pending) is won once by deliverers that raced to it."""
 
 from __future__ import annotations
 
@@ -202,3 +203,57 @@ def test_eager_delivery_still_waits_for_a_receiver_that_takes_no_input_while_bus
         message="delivered after the turn",
     )
     assert read_records(record) == ["__mock_sleep_3", "after your turn"]
+
+
+# --- the claim: one conditional UPDATE is the exactly-once gate --------------------------------
+def test_of_two_deliverers_that_both_saw_a_message_pending_only_one_claims_it(tmp_path: Path):
+    """Two stores (two engines, two connections) on one database both read the message as
+    pending, as racing deliverers do; then both claim it. Only the first claim may win, and the
+    loser must not overwrite the winner's paste mark; a delivered message is never claimed."""
+    from cli_agent_orchestrator.models import MessageStatus
+    from cli_agent_orchestrator.store.db import Store
+
+    first, second = Store(tmp_path / "cao.db"), Store(tmp_path / "cao.db")
+    try:
+        msg = first.add_message("sender", "fe000001", "only once")
+        seen_by_first, seen_by_second = first.next_pending("fe000001"), second.next_pending("fe000001")
+        assert seen_by_first is not None and seen_by_second is not None
+        assert seen_by_first.status == seen_by_second.status == MessageStatus.PENDING
+        assert first.claim(seen_by_first, "10,3,0") is True
+        assert second.claim(seen_by_second, "99,9,0") is False
+        row = second.get_message(msg.id)
+        assert row is not None and (row.status, row.paste_mark) == (MessageStatus.DELIVERING, "10,3,0")
+        first.finish_message(msg.id, MessageStatus.DELIVERED)
+        assert second.claim(seen_by_second, "99,9,0") is False
+        assert second.get_message(msg.id).status == MessageStatus.DELIVERED  # type: ignore[union-attr]
+    finally:
+        first.close()
+        second.close()
+
+
+def test_a_message_the_server_delivered_cannot_be_claimed_again_by_another_deliverer(cao_factory, tmp_path: Path):
+    """A second deliverer (a store of its own on the server's database) read the message while
+    it was pending; the server then delivers it. The late claim loses, the row stays delivered,
+    and the receiver got the text once."""
+    from cli_agent_orchestrator.models import MessageStatus
+    from cli_agent_orchestrator.store.db import Store
+
+    record = tmp_path / "rec.jsonl"
+    server = cao_factory(CAO_MOCK_RECORD=str(record), CAO_INBOX_SWEEP_SECONDS="600").start()
+    rcv = server.create_session()["id"]
+    server.send(rcv, "__mock_sleep_1")
+    server.wait_status(rcv, "processing")
+    posted = _post(server, rcv, "tester", "typed exactly once")
+    other = Store(server.home / "db" / "cli-agent-orchestrator.db")
+    try:
+        stale = other.next_pending(rcv)
+        assert stale is not None and stale.id == posted["message_id"] and stale.status == MessageStatus.PENDING
+        wait_until(lambda: _messages(server, rcv, "delivered"), timeout=15, message="the server delivered it")
+        assert other.claim(stale, "0,0,0") is False
+        wait_until(lambda: len(read_records(record)) == 2, message="the receiver's turn recorded")
+        server.wait_status(rcv, "completed")
+        assert [(m["id"], m["status"]) for m in _messages(server, rcv)] == [(posted["message_id"], "delivered")]
+        assert read_records(record) == ["__mock_sleep_1", "typed exactly once"]
+        assert _last_reply(server, rcv) == "MOCK: typed exactly once"
+    finally:
+        other.close()

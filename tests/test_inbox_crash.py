@@ -8,7 +8,7 @@ import subprocess
 from pathlib import Path
 
 import pytest
-from conftest import read_records, wait_until
+from cao_support import read_records, wait_until
 from crash_support import leave_in_flight, window_of
 
 from cli_agent_orchestrator.services.inbox import MARK_ROWS_ABOVE, occurrences

@@ -14,19 +14,17 @@ import json
 import os
 import stat
 import subprocess
-import sys
 import threading
 from collections.abc import Iterator
 from pathlib import Path
 
 import httpx
 import pytest
-from conftest import CaoServer
+from cao_support import CAO, CaoServer, cli
 
 from cli_agent_orchestrator.profiles.env_file import ENV_LOCK_NAME
 from cli_agent_orchestrator.profiles.fetch import MAX_PROFILE_BYTES, _raw_github
 
-CAO = str(Path(sys.executable).parent / "cao")
 PROVIDERS = ("kiro_cli", "claude_code", "codex", "gemini_cli", "qwen_cli", "opencode_cli", "mock_cli")
 
 # Kiro's agent configuration reference (kiro.dev/docs/cli/custom-agents/configuration-reference):
@@ -450,9 +448,7 @@ def test_a_kiro_launch_without_the_agent_file_says_to_install_it_first(cao: CaoS
     assert resp.status_code == 400, resp.text
     assert "run `cao install developer --provider kiro_cli` first" in resp.json()["detail"]
     assert cao.client.get("/terminals").json() == [] and cao.client.get("/sessions").json() == []
-    done = subprocess.run(
-        [CAO, "install", "developer", "--provider", "kiro_cli"], env=cao.env, capture_output=True, text=True
-    )
+    done = cli(cao, "install", "developer", "--provider", "kiro_cli")
     assert done.returncode == 0, done.stderr
     assert (Path(cao.env["CAO_AGENTS_DIR"]) / "developer.json").is_file()
     resp = cao.client.post("/sessions", params=params)

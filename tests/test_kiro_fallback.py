@@ -183,3 +183,28 @@ def test_kiro_gets_cao_tools_from_the_relay_as_its_own_terminal_across_a_server_
     assert '"success": true' in cao.client.get(f"/terminals/{tid}/output", params={"mode": "last"}).json()["output"]
     inbox = cao.client.get(f"/terminals/{receiver}/inbox/messages").json()
     assert [(m["sender_id"], m["message"].split("\n")[0]) for m in inbox] == [(tid, "from kiro, after the restart")]
+
+
+def test_the_fallback_starts_the_line_ui_in_a_hostile_directory_as_only_a_path(cao_factory, kiro_home, tmp_path):
+    """respawn-pane's `-c` is expanded as a tmux format, like new-window's: the fallback must
+    pass the working directory as data, or tmux runs a `#(…)` in it (tmux 3.3a does)."""
+    marker = tmp_path / "pwned"
+    # Every kind of syntax a path can carry into tmux or a shell; only `#(…)`/`#{…}` are live
+    # for tmux, the rest would be if the path ever reached a shell unquoted.
+    workdir = tmp_path / "d#(touch $CAO_TEST_MARKER)#{pane_id};$(touch $CAO_TEST_MARKER)`touch $CAO_TEST_MARKER`'\""
+    workdir.mkdir()
+    cao = start(cao_factory, kiro_home, CAO_TEST_MARKER=str(marker))  # the tmux server's shell would expand it
+    resp = cao.client.post(
+        "/sessions",
+        params={"agent_profile": "developer", "provider": "kiro_cli", "working_directory": str(workdir)},
+    )
+    assert resp.status_code == 201, resp.text
+    term = resp.json()
+    first, second = launches(kiro_home[1])
+    assert "--legacy-ui" not in first and "--legacy-ui" in second  # the respawn happened
+    # The pane's live directory, as tmux reports it (the route reads #{pane_current_path}).
+    path = cao.client.get(f"/terminals/{term['id']}/working-directory").json()["working_directory"]
+    assert path == str(workdir)
+    cao.send(term["id"], "please say hello")  # the respawned agent works there, and answers
+    cao.wait_status(term["id"], "completed", timeout=20)
+    assert not marker.exists()

@@ -20,11 +20,9 @@ from typing import Any
 
 import httpx
 import pytest
-from conftest import CaoServer, wait_until
+from cao_support import CaoServer, cli, wait_until
 from mcp_support import agent_env
 from stranger_support import Stranger
-
-CAO = [sys.executable, "-m", "cli_agent_orchestrator.cli.main"]
 
 # A stand-in browser: records how it was started, then looks for the ticket (read from the
 # page it was handed, as a browser would) in every process's arguments and environment.
@@ -125,8 +123,7 @@ def test_cao_ui_hands_the_browser_a_private_page_and_the_ticket_is_in_no_process
     browser.write_text(RECORDING_BROWSER)
     browser.chmod(0o700)
     record = tmp_path / "record.json"
-    env = {**cao.env, "BROWSER": f"{browser} %s", "RECORD_TO": str(record), "DISPLAY": ""}
-    out = subprocess.run([*CAO, "ui"], env=env, capture_output=True, text=True, timeout=60)
+    out = cli(cao, "ui", env={"BROWSER": f"{browser} %s", "RECORD_TO": str(record), "DISPLAY": ""}, timeout=60)
     assert out.returncode == 0, out.stderr
     ticket = re.search(r"/login#([A-Za-z0-9_-]+)", out.stdout).group(1)  # the printed link
     seen = json.loads(record.read_text())
@@ -223,7 +220,7 @@ def test_the_owner_keeps_working_while_another_user_holds_thousands_of_connectio
         assert held["held"].get(str(stranger.uid), 0) <= 32
         assert held["refused"][str(stranger.uid)] >= 3000 - 32 - 100  # a few may have failed to connect
         # The owner's CLI, HTTP clients, hooks, MCP tools and web UI all still work.
-        listed = subprocess.run([*CAO, "session", "list", "--json"], env=cao.env, capture_output=True, text=True)
+        listed = cli(cao, "session", "list", "--json")
         assert listed.returncode == 0, listed.stderr
         term = cao.create_session()
         cao.send(term["id"], "hello")
@@ -365,9 +362,9 @@ def test_a_supervised_server_that_dies_is_started_again_and_readopts_its_agents(
         server.start()
         first = server.client.get("/health").json()
         assert first["supervisor"] == {"kind": "watchdog", "pid": server.proc.pid}
-        info = subprocess.run([*CAO, "info", "--json"], env=server.env, capture_output=True, text=True)
+        info = cli(server, "info", "--json")
         assert json.loads(info.stdout)["server"]["supervisor"]["kind"] == "watchdog"
-        assert "Supervised" in subprocess.run([*CAO, "info"], env=server.env, capture_output=True, text=True).stdout
+        assert "Supervised" in cli(server, "info").stdout
         term = server.create_session()
         os.kill(first["pid"], 9)
         wait_until(lambda: healthy(server) and server.client.get("/health").json()["pid"] != first["pid"], 30)
@@ -408,7 +405,7 @@ def test_a_watchdog_does_not_restart_a_server_that_never_started(tmp_path: Path)
 
 def test_an_unsupervised_server_says_so(cao: CaoServer):
     assert cao.client.get("/health").json()["supervisor"] is None
-    info = subprocess.run([*CAO, "info"], env=cao.env, capture_output=True, text=True)
+    info = cli(cao, "info")
     assert re.search(r"Supervised:\s+no", info.stdout), info.stdout
 
 

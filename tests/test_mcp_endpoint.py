@@ -13,7 +13,6 @@ from __future__ import annotations
 import json
 import os
 import subprocess
-import sys
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from pathlib import Path
@@ -22,7 +21,7 @@ from typing import Any
 import httpx
 import httpx2
 import pytest
-from conftest import CaoServer, wait_until
+from cao_support import CaoServer, cli, wait_until
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from mcp.client.session import ClientSession
@@ -34,12 +33,6 @@ from stranger_support import Stranger
 from cli_agent_orchestrator.agent_credentials import credential_for
 
 pytestmark = pytest.mark.anyio
-CAO = [sys.executable, "-m", "cli_agent_orchestrator.cli.main"]
-
-
-@pytest.fixture
-def anyio_backend() -> str:
-    return "asyncio"
 
 
 def credential(server: CaoServer, terminal_id: str) -> str:
@@ -197,11 +190,16 @@ async def test_a_first_message_hands_off_on_the_first_try_even_when_the_cli_conn
         "          args: {agent_profile: developer, message: '{g1}'}\n          save: answer\n"
         "      reply: 'got {answer}'\n---\n",
     )
-    out = subprocess.run(
-        [*CAO, "launch", "--agents", "late_sup", "--provider", "mock_cli", "--headless", "--yolo", "review the diff"],
-        env=cao.env,
-        capture_output=True,
-        text=True,
+    out = cli(
+        cao,
+        "launch",
+        "--agents",
+        "late_sup",
+        "--provider",
+        "mock_cli",
+        "--headless",
+        "--yolo",
+        "review the diff",
         timeout=120,
     )
     assert out.returncode == 0, out.stderr

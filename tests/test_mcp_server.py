@@ -16,18 +16,13 @@ from typing import Any
 
 import anyio
 import pytest
-from conftest import CaoServer
+from cao_support import CaoServer
 from mcp_support import agent_env, call, mcp_session
 
 pytestmark = [pytest.mark.anyio, pytest.mark.skipif(shutil.which("tmux") is None, reason="tmux not installed")]
 
 ALL_TOOLS = {"handoff", "assign", "send_message", "answer_user_prompt", "delete_terminal"}
 UNKNOWN_TERMINAL = "0badc0de"  # well-formed, never allocated in a fresh home
-
-
-@pytest.fixture
-def anyio_backend() -> str:
-    return "asyncio"
 
 
 def mcp_env(cao: CaoServer, terminal_id: str | None, **extra: str) -> dict[str, str]:

@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import CaoServer, wait_until
+from cao_support import CaoServer, wait_until
 
 from cao_testkit.mock.brain import (
     Brain,

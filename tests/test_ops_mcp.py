@@ -19,7 +19,7 @@ from typing import Any
 
 import anyio
 import pytest
-from conftest import CaoServer, free_port
+from cao_support import CaoServer, free_port
 from mcp.client.session import ClientSession
 from mcp.client.stdio import StdioServerParameters, stdio_client
 from mcp_support import call
@@ -55,11 +55,6 @@ WORKFLOW_TOOLS = {
     "workflow_cancel",
 }
 BIN = Path(sys.executable).parent
-
-
-@pytest.fixture
-def anyio_backend() -> str:
-    return "asyncio"
 
 
 def ops_env(cao: CaoServer) -> dict[str, str]:

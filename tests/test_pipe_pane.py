@@ -10,7 +10,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from conftest import CaoServer, read_records, wait_until
+from cao_support import CaoServer, read_records, wait_until
 
 from cli_agent_orchestrator.backends.tmux import TmuxBackend
 from cli_agent_orchestrator.bus import EventBus

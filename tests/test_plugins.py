@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import REPO, CaoServer, read_records, wait_until
+from cao_support import REPO, CaoServer, read_records, wait_until
 from mcp_support import agent_env, call, mcp_session
 
 from cli_agent_orchestrator import events
@@ -108,11 +108,6 @@ def receiver() -> Iterator[Receiver]:
         yield rec
     finally:
         rec.close()
-
-
-@pytest.fixture
-def anyio_backend() -> str:
-    return "asyncio"
 
 
 def plugin_server(cao_factory, tmp_path: Path, plugins: dict[str, Any], **env: str) -> CaoServer:

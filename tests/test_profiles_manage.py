@@ -6,17 +6,14 @@ from __future__ import annotations
 import json
 import stat
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
-from conftest import CaoServer
-
-CAO = str(Path(sys.executable).parent / "cao")
+from cao_support import CaoServer, cli
 
 
 def run(server: CaoServer, *args: str, stdin: str = "") -> subprocess.CompletedProcess:
-    return subprocess.run([CAO, *args], env=server.env, input=stdin, capture_output=True, text=True, timeout=60)
+    return cli(server, *args, input=stdin, timeout=60)
 
 
 def profile_text(description: str, provider: str = "mock_cli", body: str = "You help.", extra: str = "") -> str:

@@ -280,11 +280,6 @@ async def mcp_session(cao: CaoServer) -> AsyncIterator[ClientSession]:
         yield session
 
 
-@pytest.fixture
-def anyio_backend() -> str:
-    return "asyncio"
-
-
 @pytest.mark.anyio
 async def test_permission_prompt_is_waiting_and_answered_through_mcp(env: Env):
     term = create(env, "codex_asks", yolo=False)  # no bypass, prompts kept: Codex asks before an escalated command

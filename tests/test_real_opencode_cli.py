@@ -428,11 +428,6 @@ def test_missing_binary_is_refused_naming_it(cao_factory):
     assert server.client.get("/terminals").json() == []
 
 
-@pytest.fixture
-def anyio_backend() -> str:
-    return "asyncio"
-
-
 def test_a_long_paste_interrupted_by_a_crash_is_submitted_once(oc: CaoServer, model: ScriptedModelServer):
     """opencode shows no summary, only the last lines of a long paste: after a crash between
     paste and Enter, cao presses Enter; the model gets the message once."""

@@ -5,8 +5,9 @@ and the reverse forward through which the host's cao-mcp-server and cao-hook rea
 
 The host logins share root's uid (`useradd -o -u 0`): the test's Python (and so the mock agent
 and cao's tools) lives under /root, which another uid cannot enter. So these tests show
-separate homes, tmux servers and connections, not a separate uid. Logins made here are removed
-again, with the tmux servers cao started for them.
+separate homes, tmux servers and connections, not a separate uid (test_host_other_uid.py has a
+host that is another uid, with its own installation). Logins made here are removed again, with
+the tmux servers cao started for them.
 """
 
 from __future__ import annotations
@@ -106,8 +107,19 @@ def sshd(tmp_path_factory, users):
 @pytest.fixture
 def hosted(tmp_path, sshd, users):
     """A cao-server with hosts `b` and `c` registered (each a user on the test sshd)."""
+    yield from hosted_server(tmp_path, sshd, users, dead_after_s=4)
+
+
+@pytest.fixture
+def patient(tmp_path, sshd, users):
+    """As `hosted`, but its hosts' agents are declared gone only after 5 minutes unreachable:
+    for a cut that lasts longer than a connect timeout (10 s) and must be survived."""
+    yield from hosted_server(tmp_path, sshd, users, dead_after_s=300)
+
+
+def hosted_server(tmp_path, sshd, users, dead_after_s: int):
     (b, c), sockets = users
-    gen = ssh_cao_running(tmp_path, sshd, {"CAO_HOST_DEAD_AFTER_SECONDS": "4"})
+    gen = ssh_cao_running(tmp_path, sshd, {"CAO_HOST_DEAD_AFTER_SECONDS": str(dead_after_s)})
     server = next(gen)
     local_socket = server.client.get("/health").json()["tmux_socket"]
     sockets += [f"{local_socket}-b", f"{local_socket}-c", f"{local_socket}-d"]
@@ -506,11 +518,12 @@ def test_a_host_whose_tmux_server_ends_loses_its_agents_and_only_those(hosted):
     hosted.wait_status(again.json()["id"], "idle", timeout=30)
 
 
-def test_a_network_cut_holds_messages_until_the_host_is_back(hosted, tmp_path, users):
+def test_a_network_cut_holds_messages_until_the_host_is_back(patient, tmp_path, users):
     """Host n is in a network namespace of its own behind a veth link. Taking the link down
     drops packets and closes nothing: cao learns of it from ssh's keep-alives (≤ 20 s), the
     agent turns unknown, a message sent to it meanwhile waits, and once the link is back the
-    agent is re-adopted and gets the message exactly once."""
+    agent is re-adopted and gets the message exactly once. The server waits longer than the cut
+    (and the 10 s connect timeout of its first reconnect) before it gives the agent up."""
     (b, _c), _sockets = users
     if shutil.which("nsenter") is None:
         cannot_run("nsenter is missing")
@@ -519,29 +532,87 @@ def test_a_network_cut_holds_messages_until_the_host_is_back(hosted, tmp_path, u
     root.mkdir()
     far = Sshd(root, (b.name,), address=ns.inside, netns=ns.name)
     try:
-        tid = agent_on_a_host_of_its_own(hosted, far, b, name="n", address=ns.inside)
+        tid = agent_on_a_host_of_its_own(patient, far, b, name="n", address=ns.inside)
 
         ns.cut()
         cut = wait_until(
-            lambda: (t := hosted.client.get(f"/terminals/{tid}").json())["status"] == "unknown" and t,
+            lambda: (t := patient.client.get(f"/terminals/{tid}").json())["status"] == "unknown" and t,
             45,
             message="the agent unknown after the cut",
         )
         assert "host n unreachable" in cut["status_reason"], cut
-        sent = hosted.client.post(
+        sent = patient.client.post(
             f"/terminals/{tid}/inbox/messages", json={"sender_id": "cafecafe", "message": "while you were away"}
         )
         assert sent.status_code == 200, sent.text
         time.sleep(3)
-        assert [m["status"] for m in inbox_of(hosted, tid)] == ["pending"]
+        assert [m["status"] for m in inbox_of(patient, tid)] == ["pending"]
 
         ns.mend()
-        wait_until(lambda: [m["status"] for m in inbox_of(hosted, tid)] == ["delivered"], 90, message="delivered")
-        hosted.wait_status(tid, "completed", timeout=30)
-        history = hosted.client.get(f"/terminals/{tid}/output").json()["output"]
+        wait_until(lambda: [m["status"] for m in inbox_of(patient, tid)] == ["delivered"], 90, message="delivered")
+        patient.wait_status(tid, "completed", timeout=30)
+        history = patient.client.get(f"/terminals/{tid}/output").json()["output"]
         assert history.count("MOCK: while you were away") == 1, history[-2000:]
-        assert hosted.client.get("/hosts/n").json()["connection"]["status"] == "ok"
+        assert patient.client.get("/hosts/n").json()["connection"]["status"] == "ok"
     finally:
         far.stop()
         ns.remove()
-        b.kill_tmux(f"{hosted.local_socket}-n")
+        b.kill_tmux(f"{patient.local_socket}-n")
+
+
+CALLER = """---
+name: caller
+provider: mock_cli
+mock:
+  rules:
+    - match: 'Assign (\\w+)'
+      steps:
+        - tool: assign
+          args: {agent_profile: helper, message: "Work on {g1}"}
+          save: worker
+      reply: "assigned {worker}"
+---
+Caller.
+"""
+
+HELPER = """---
+name: helper
+provider: mock_cli
+---
+Helper.
+"""
+
+
+def test_a_caller_on_a_draining_host_gets_its_new_worker_placed_here(hosted):
+    """A worker goes to its caller's host by default, but never to a host that is draining:
+    there placement falls back to the policy (CAO_PLACEMENT, `local` here), this machine."""
+    write_profile(hosted, "caller", CALLER)
+    write_profile(hosted, "helper", HELPER)
+    resp = hosted.client.post("/sessions", params={"agent_profile": "caller", **MOCK, "host": "b"})
+    assert resp.status_code == 201, resp.text
+    caller = resp.json()["id"]
+    hosted.wait_status(caller, "idle", timeout=30)
+
+    def helpers() -> list[dict]:
+        return [t for t in hosted.client.get("/terminals").json() if t["agent_profile"] == "helper"]
+
+    hosted.send(caller, "Assign north")
+    hosted.wait_status(caller, "completed", timeout=30)
+    [first] = wait_until(lambda: len(h := helpers()) == 1 and h, 30, message="the first helper")
+    assert first["host"] == "b", first  # beside its caller while b is active
+
+    assert hosted.client.post("/hosts/b/drain").status_code == 200
+    hosted.send(caller, "Assign south")
+    wait_until(lambda: len(helpers()) == 2, 30, message="the second helper")
+    [second] = [t for t in helpers() if t["id"] != first["id"]]
+    assert second["host"] is None, second  # b takes no new agents: this machine does
+    assert second["caller_id"] == caller, second
+    wait_until(  # the assign told the caller the worker it got
+        lambda: (
+            f"assigned {second['id']}"
+            in hosted.client.get(f"/terminals/{caller}/output", params={"mode": "last"}).json().get("output", "")
+        ),
+        30,
+        message="the caller's reply naming the second helper",
+    )
+    assert hosted.client.get("/hosts/b").json()["agents"] == 2  # the caller and the first helper only

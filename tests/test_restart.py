@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from conftest import read_records, wait_until
+from cao_support import read_records, wait_until
 
 
 def test_kill9_and_restart_readopts_terminals(cao_factory, tmp_path: Path):

@@ -29,7 +29,7 @@ from __future__ import annotations
 import pytest
 import requests
 import schemathesis
-from conftest import CaoServer
+from cao_support import CaoServer
 from hypothesis import HealthCheck, Phase, given, settings
 from hypothesis import strategies as st
 from schemathesis import GenerationMode

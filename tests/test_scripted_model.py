@@ -17,7 +17,7 @@ from typing import Any
 
 import httpx
 import pytest
-from conftest import wait_until
+from cao_support import wait_until
 
 from cao_testkit.scripted_model import ScriptedModelServer, ScriptError, parse_script
 

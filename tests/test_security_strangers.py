@@ -22,7 +22,7 @@ from typing import Any
 
 import pytest
 import stranger_support
-from conftest import REPO, CaoServer, wait_until
+from cao_support import CAO, REPO, CaoServer, wait_until
 from mcp_support import agent_env, call, mcp_session
 from stranger_support import Stranger
 
@@ -30,14 +30,8 @@ from cli_agent_orchestrator.api.auth import OwnerOrToken
 from cli_agent_orchestrator.api.peer import socket_owner_uid
 from cli_agent_orchestrator.settings import Settings
 
-CAO = str(Path(sys.executable).parent / "cao")
 stranger = stranger_support.stranger  # the fixture, under the name older test modules import
 HOOKED = "---\nname: hooked\nprovider: mock_cli\nmock: {hooks: true}\n---\nA mock that reports its turns by hooks.\n"
-
-
-@pytest.fixture
-def anyio_backend() -> str:
-    return "asyncio"
 
 
 def token_of(server: CaoServer) -> str:

@@ -22,15 +22,19 @@ TID = "0123abcd"
 
 
 @asynccontextmanager
-async def _monitored(tmp_path: Path, provider: Provider, **watch) -> AsyncIterator[tuple[EventBus, Subscription]]:
+async def _monitored(
+    tmp_path: Path, provider: Provider, monitor_out: list[StatusMonitor] | None = None, **watch
+) -> AsyncIterator[tuple[EventBus, Subscription]]:
     """A status monitor on a real bus and store watching terminal TID; yields the bus and a
-    stream of the terminal's status events."""
+    stream of the terminal's status events (and puts the monitor in `monitor_out`)."""
     bus = EventBus()
     bus.start()
     store = Store(tmp_path / "cao.db")
     store.add_terminal(Terminal(TID, "cao-t", "w-0001", provider.name, "dev", str(tmp_path)), None)
     tasks = TaskGroup()
     monitor = StatusMonitor(bus, store, tasks)
+    if monitor_out is not None:
+        monitor_out.append(monitor)
     bus.subscribe("status-monitor", "terminal.#", monitor.handle)
     stream = bus.open_stream("test", f"terminal.{TID}.status")
     monitor.watch(TID, provider, **watch)
@@ -251,3 +255,30 @@ def test_a_snapshot_after_skipped_output_is_read_whole_even_when_the_skip_cut_a_
         assert screen.rows()[1] == "second row, then more"
 
     asyncio.run(scenario())
+
+
+def test_a_held_ready_reading_is_dropped_when_a_dialog_follows_before_the_tools_are_listed(tmp_path: Path):
+    """An agent is ready only once its CLI has listed cao's tools, so an early `idle` is held.
+    A dialog read after it (a start-up question) outdates it: when the tools are listed, the
+    held `idle` must not be forced out over the dialog (once seen with Codex's trust dialog)."""
+
+    async def scenario() -> list[TerminalStatus]:
+        monitors: list[StatusMonitor] = []
+        async with _monitored(tmp_path, qwen_cli.PROVIDER, monitors, awaiting_tools=True) as (bus, stream):
+            monitor_events: list[TerminalStatus] = []
+            monitor = monitors[0]
+            await monitor.set_external(TID, TerminalStatus.IDLE, "screen")
+            await monitor.set_external(TID, TerminalStatus.WAITING_USER_ANSWER, "screen", "a dialog")
+            for method in qwen_cli.PROVIDER.mcp_ready_after:
+                await monitor.on_mcp_listed(TID, method)
+            await monitor.set_external(TID, TerminalStatus.PROCESSING, "hook")  # an end marker
+            while not monitor_events or monitor_events[-1] != TerminalStatus.PROCESSING:
+                event = await bus.next_event(stream, 5)
+                assert event is not None, f"statuses so far: {monitor_events}"
+                if isinstance(event, StatusChanged):
+                    monitor_events.append(event.status)
+            return monitor_events
+
+    seen = asyncio.run(scenario())
+    assert TerminalStatus.IDLE not in seen, seen
+    assert seen[-2:] == [TerminalStatus.WAITING_USER_ANSWER, TerminalStatus.PROCESSING], seen

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from conftest import CaoServer, read_records, wait_until
+from cao_support import CaoServer, read_records, wait_until
 
 
 def test_spawn_reaches_idle_in_a_cao_tmux_window_with_terminal_id(cao: CaoServer):

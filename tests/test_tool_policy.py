@@ -10,7 +10,7 @@ import json
 from pathlib import Path
 
 import pytest
-from conftest import CaoServer
+from cao_support import CaoServer
 
 from cli_agent_orchestrator.errors import InvalidInput
 from cli_agent_orchestrator.profiles import roles

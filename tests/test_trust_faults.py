@@ -10,7 +10,7 @@ import stat
 from pathlib import Path
 
 import pytest
-from conftest import CaoServer, read_records, wait_until
+from cao_support import CaoServer, read_records, wait_until
 
 
 def _tmux_pid(cao: CaoServer) -> int:

@@ -7,23 +7,16 @@ real-CLI tests.
 
 from __future__ import annotations
 
-import os
 import subprocess
 from pathlib import Path
 
 import pytest
-from conftest import CaoServer, wait_until
+from cao_support import CaoServer, cli, wait_until
 from mcp_support import call, mcp_session
 from test_mcp_server import eventually, mcp_env, terminal_ids
 
-CAO = str(Path(os.sys.executable).parent / "cao")
 REVIEWER = ["@builtin", "fs_read", "fs_list", "@cao-mcp-server"]
 DEVELOPER = ["@builtin", "fs_*", "execute_bash", "web_fetch", "@cao-mcp-server"]
-
-
-@pytest.fixture
-def anyio_backend() -> str:
-    return "asyncio"
 
 
 def pane_environ(cao: CaoServer, terminal_id: str) -> dict[str, str]:
@@ -40,9 +33,7 @@ def inbox(cao: CaoServer, terminal_id: str) -> list[str]:
 
 
 def cao_cli(cao: CaoServer, *args: str) -> subprocess.CompletedProcess:
-    return subprocess.run(
-        [CAO, *args], env=cao.env, stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=90
-    )
+    return cli(cao, *args)
 
 
 # --- env_vars, --env, --allowed-tools, --auto-approve ---------------------------------------

@@ -9,11 +9,10 @@ from __future__ import annotations
 
 import http.server
 import threading
-import time
 
 import pytest
 from browser_support import DESKTOP, PHONE, PageErrors, launch, login_link, screenshot, signed_in
-from conftest import CaoServer, wait_until
+from cao_support import CaoServer, wait_until
 from playwright.sync_api import expect, sync_playwright
 from workflow_support import Workflows
 
@@ -132,7 +131,9 @@ def test_another_site_cannot_use_the_server_even_in_a_signed_in_browser(browser,
         evil.shutdown()
     assert outcome["read"] == "blocked", outcome  # no CORS grant: the answer is unreadable
     assert outcome["ws"] == 4403, outcome
-    time.sleep(1)
+    # Input is typed in order: once a later message has its answer, an earlier one would show.
+    cao.send(tid, "after the attack")
+    wait_until(lambda: "MOCK: after the attack" in cao.client.get(f"/terminals/{tid}/output").json()["output"], 15)
     inputs = cao.client.get(f"/terminals/{tid}/output").json()["output"]
     assert "from evil" not in inputs  # the blind write reached no agent
 
@@ -183,8 +184,6 @@ def test_the_terminal_is_live_read_only_until_control_is_taken(browser, cao: Cao
         page.locator("#terminal").click()
         page.keyboard.type("ignored keys")
         page.keyboard.press("Enter")
-        time.sleep(1.0)
-        assert "ignored keys" not in cao.client.get(f"/terminals/{tid}/output").json()["output"]
         page.get_by_role("button", name="Take control").click()
         expect(page.locator("#control-banner")).to_be_visible()
         expect(page.locator("#control-banner")).to_contain_text("You are in control")
@@ -192,7 +191,10 @@ def test_the_terminal_is_live_read_only_until_control_is_taken(browser, cao: Cao
         page.keyboard.type("typed in the browser")
         page.keyboard.press("Enter")
         wait_until(lambda: "MOCK: typed in the browser" in terminal_text(page), 15, message="typed reply")
-        assert "MOCK: typed in the browser" in cao.client.get(f"/terminals/{tid}/output").json()["output"]
+        output = cao.client.get(f"/terminals/{tid}/output").json()["output"]
+        assert "MOCK: typed in the browser" in output
+        # Keys go to the agent in order: the read-only view's keys, typed before, would show by now.
+        assert "ignored keys" not in output
         screenshot(page, "terminal-in-control")
         page.get_by_role("button", name="Release control").click()
         expect(page.locator("#control-banner")).to_be_hidden()

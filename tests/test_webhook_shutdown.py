@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import CaoServer, free_port, read_records, wait_until
+from cao_support import CaoServer, free_port, read_records, wait_until
 
 from cli_agent_orchestrator.events import SessionCreated
 from cli_agent_orchestrator.plugins import dispatch, hookimpl

@@ -9,13 +9,12 @@ import pty
 import select
 import signal
 import subprocess
-import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
 
 import pytest
-from conftest import CaoServer, free_port
+from cao_support import CAO, CaoServer, cli, free_port
 
 from cli_agent_orchestrator.cli.commands.workflow_output import parse_sse
 
@@ -76,14 +75,7 @@ def server(tmp_path_factory):
 
 def cao(server: CaoServer, *args: str, stdin: str = "", timeout: float = 60, **env: str) -> subprocess.CompletedProcess:
     """`cao workflow ARGS` with stdin and stdout not a terminal."""
-    return subprocess.run(
-        [sys.executable, "-m", "cli_agent_orchestrator.cli.main", "workflow", *args],
-        env={**server.env, **env},
-        input=stdin,
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-    )
+    return cli(server, "workflow", *args, input=stdin, env=env, timeout=timeout)
 
 
 def ok(server: CaoServer, *args: str, **kwargs) -> str:
@@ -113,7 +105,7 @@ def on_tty(
     `when` shows up. Returns (exit code, everything shown)."""
     master, slave = pty.openpty()
     proc = subprocess.Popen(
-        [sys.executable, "-m", "cli_agent_orchestrator.cli.main", "workflow", *args],
+        [CAO, "workflow", *args],
         env=server.env,
         stdin=subprocess.DEVNULL,
         stdout=slave,
@@ -150,12 +142,7 @@ def on_tty(
 
 
 def test_help_lists_all_twelve_verbs():
-    out = subprocess.run(
-        [sys.executable, "-m", "cli_agent_orchestrator.cli.main", "workflow", "--help"],
-        capture_output=True,
-        text=True,
-        check=True,
-    ).stdout
+    out = cli(None, "workflow", "--help", check=True).stdout
     listed = out.split("Commands:")[1].split()
     assert all(verb in listed for verb in VERBS)
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 import signal
 
 import pytest
-from conftest import CaoServer, wait_until
+from cao_support import CaoServer, wait_until
 from workflow_support import Workflows, processes_with_env, step_counts
 
 SLOW = "__mock_sleep_4"

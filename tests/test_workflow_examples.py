@@ -1,4 +1,4 @@
-"""The examples in docs/examples/ run end to end against a real cao-server.
+"""The examples in examples/workflows/ (also reachable as docs/examples/) run end to end against a real cao-server.
 
 Each example is copied into the server's workflow directory and run by its stem through
 the blocking POST /workflows/runs, against the mock agent (its default provider), which
@@ -19,13 +19,13 @@ import shutil
 from pathlib import Path
 
 import pytest
-from conftest import REPO, CaoServer
+from cao_support import REPO, CaoServer
 
 from cli_agent_orchestrator.workflows import yaml_spec
 from cli_agent_orchestrator.workflows.inputs import read_inputs_declaration
 from cli_agent_orchestrator.workflows.lint import lint_script
 
-EXAMPLES = REPO / "docs" / "examples"
+EXAMPLES = REPO / "examples" / "workflows"
 SCRIPTS = ("loop_example", "conditional_example", "fanout_example", "loop_raw_http_example")
 RUN_TIMEOUT = 120
 LOOP_PROMPTS = ("Review parser.py for bugs.", "Review lexer.py for bugs.", "Review emitter.py for bugs.")
@@ -33,14 +33,10 @@ SHARDS = ("alpha", "beta", "gamma")
 
 
 @pytest.fixture(scope="module")
-def server(tmp_path_factory):
+def server(cao_module: CaoServer) -> CaoServer:
     """One server for the module: every test copies in the file it runs, and runs get
     their own ids, so they do not interfere."""
-    srv = CaoServer(tmp_path_factory.mktemp("wf-examples") / "home").start()
-    try:
-        yield srv
-    finally:
-        srv.cleanup()
+    return cao_module
 
 
 def workflow_dir(server: CaoServer) -> Path:

@@ -11,7 +11,7 @@ from typing import Any
 
 import httpx
 import pytest
-from conftest import CaoServer
+from cao_support import CaoServer
 from mcp.client.session import ClientSession
 from mcp_support import agent_env, mcp_session
 from mcp_support import call as call_tool
@@ -50,11 +50,6 @@ emit_output({"out": h.output})
 NOT_IN_STEP = (
     "workflow_return only works inside a workflow step (CAO_WORKFLOW_RUN_ID / CAO_WORKFLOW_STEP_ID are not set)"
 )
-
-
-@pytest.fixture
-def anyio_backend() -> str:
-    return "asyncio"
 
 
 def mcp_env(cao: CaoServer, terminal_id: str | None = None) -> dict[str, str]:

@@ -12,7 +12,7 @@ import json
 from pathlib import Path
 
 import pytest
-from conftest import CaoServer
+from cao_support import CaoServer
 from workflow_support import Workflows, import_journal, step_counts
 
 RECORDED = json.loads((Path(__file__).parent / "fixtures" / "journals" / "review_loop.json").read_text())

@@ -7,17 +7,13 @@ import json
 
 import httpx
 import pytest
-from conftest import CaoServer, wait_until
+from cao_support import CaoServer, wait_until
 from workflow_support import Workflows, processes_with_env, step_counts
 
 
 @pytest.fixture(scope="module")
-def wf(tmp_path_factory):
-    server = CaoServer(tmp_path_factory.mktemp("wf") / "home").start()
-    try:
-        yield Workflows(server)
-    finally:
-        server.cleanup()
+def wf(cao_module: CaoServer) -> Workflows:
+    return Workflows(cao_module)
 
 
 FAIL_FIRST_DRIVE = """

@@ -5,7 +5,7 @@ constructs refused with a clear message."""
 from __future__ import annotations
 
 import pytest
-from conftest import CaoServer
+from cao_support import CaoServer
 from workflow_support import Workflows
 
 PIPELINE = """
@@ -32,12 +32,8 @@ PIPELINE = """
 
 
 @pytest.fixture(scope="module")
-def wf(tmp_path_factory):
-    server = CaoServer(tmp_path_factory.mktemp("wfy") / "home").start()
-    try:
-        yield Workflows(server)
-    finally:
-        server.cleanup()
+def wf(cao_module: CaoServer) -> Workflows:
+    return Workflows(cao_module)
 
 
 def test_sequential_spec_runs_with_templates_retries_and_continue(wf):

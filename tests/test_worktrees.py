@@ -12,11 +12,10 @@ import json
 import os
 import shutil
 import subprocess
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from conftest import CaoServer
+from cao_support import CaoServer
 from mcp_support import agent_env, call, mcp_session
 
 from cli_agent_orchestrator.errors import InvalidInput
@@ -35,17 +34,9 @@ GIT_IDENTITY = {
 
 
 @pytest.fixture(scope="module")
-def cao(tmp_path_factory: pytest.TempPathFactory) -> Iterator[CaoServer]:
-    server = CaoServer(tmp_path_factory.mktemp("wt") / "home").start()
-    try:
-        yield server
-    finally:
-        server.cleanup()
-
-
-@pytest.fixture
-def anyio_backend() -> str:
-    return "asyncio"
+def cao(cao_module: CaoServer) -> CaoServer:
+    """One server for the module: each test makes its own repository and sessions."""
+    return cao_module
 
 
 # --- helpers -------------------------------------------------------------------------------

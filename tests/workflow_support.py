@@ -7,7 +7,7 @@ import textwrap
 from typing import Any
 
 import psutil
-from conftest import CaoServer, wait_until
+from cao_support import CaoServer, wait_until
 
 BLOCKING_TIMEOUT = 120
 

@@ -2,15 +2,23 @@
 
 Every process of cao (server, CLI, MCP server, workflow scripts) reads the same
 variables, so an isolated instance is just a different CAO_HOME_DIR and port.
+Invariant: a `CAO_*` variable that is unset or empty means its default; one that is set
+either parses or stops start-up (SettingsError names every bad variable and what it
+accepts), never silently becomes the default. Settings are read here and nowhere else;
+NOT_SETTINGS and LIGHT_PROCESS_READS list the variables read elsewhere, and why.
 """
 
 from __future__ import annotations
 
 import hashlib
 import ipaddress
+import math
 import os
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
+
+import click
 
 from .auth_token import TOKEN_FILE_NAME
 from .private_files import HomeRefused, private_dir, private_home
@@ -23,31 +31,162 @@ DEFAULT_PROVIDER = "kiro_cli"  # the seeds' default provider
 # when every character is JSON-escaped as \uXXXX (6 MB), with room for the envelope.
 DEFAULT_MAX_BODY_BYTES = 8 * 1024 * 1024
 
+# What the word-valued settings accept (lower case; the value is matched case-insensitively).
+OUTPUT_SOURCES = ("control", "pipe-pane")  # backends/tmux.py: tmux control mode, or the FIFO fallback
+PLACEMENTS = ("local", "least-loaded")  # services/hosts/placement.py
+LOG_LEVELS = ("critical", "error", "warning", "info", "debug")  # logging's names (uvicorn's, less trace)
+DATABASE_SCHEMES = ("postgresql", "postgres", "postgresql+psycopg")  # store/db.py's engine_url
+BOOLEAN_WORDS = {**dict.fromkeys(("1", "true", "yes", "on"), True), **dict.fromkeys(("0", "false", "no", "off"), False)}
+SHOWN_VALUE_CHARS = 40  # a refused value is quoted up to this length
 
-def _env_bool(name: str, default: bool) -> bool:
-    raw = os.environ.get(name)
-    if raw is None or raw.strip() == "":
-        return default
-    return raw.strip().lower() in ("1", "true", "yes", "on")
+# Variables read outside Settings, and why there. None of them is a setting a user chooses:
+# each is an agent's (or a workflow step's) identity that cao hands to a child process, or
+# plumbing between cao's own processes or from the system, so it is read where it is needed.
+NOT_SETTINGS: dict[str, str] = {
+    "CAO_TERMINAL_ID": "an agent's own terminal, set in its pane; read by its tools, hooks and `cao info`",
+    "CAO_HOOK_SECRET": "an agent's hook secret, set in its pane; read by cao-hook",
+    "CAO_MCP_TOKEN": "an agent's MCP credential; read by cao-mcp-server (agent_credentials.py)",
+    "CAO_MCP_URL": "cao-server's /mcp address as handed to an agent; read by cao-mcp-server",
+    "CAO_SUPERVISOR_READY_FD": "the watchdog's pipe to its child cao-server (cli/supervise.py)",
+    "CAO_SUPERVISOR_PID": "the watchdog's pid, for its child cao-server (cli/supervise.py)",
+    "CAO_WORKFLOW_RUN_ID": "a workflow script's run, set by its driver; read by the cao_workflow shim",
+    "CAO_WORKFLOW_GENERATION": "a workflow script's generation; read by the cao_workflow shim",
+    "CAO_WORKFLOW_STEP_ID": "a workflow step's identity; read by the cao_workflow shim",
+    "CAO_WORKFLOW_INPUTS": "a workflow run's inputs; read by the cao_workflow shim",
+    "CAO_API_BASE_URL": "cao-server's address as handed to a workflow script; read by the cao_workflow shim",
+    # Not cao's: set by the system or the user's session.
+    "NOTIFY_SOCKET": "systemd's notify socket (cli/supervise.py)",
+    "INVOCATION_ID": "set by systemd for each unit it starts (cli/supervise.py)",
+    "PATH": "where a child process finds its programs",
+    "HOME": "the user's home, for a child process",
+    "BROWSER": "the user's browser (`cao ui`)",
+    "DISPLAY": "whether a browser can open (`cao ui`)",
+    "WAYLAND_DISPLAY": "whether a browser can open (`cao ui`)",
+    "XDG_RUNTIME_DIR": "a private directory for sockets (runtime_dir.py)",
+}
+# Also read elsewhere, by a name that is data: the variable a webhook's `secret_env` names in
+# settings.json (plugins/webhook.py), and the environment cao-server passes on whole to its
+# agents and flows (bootstrap.py), where profiles' ${VAR}s are filled.
+
+# Settings that a light process parses itself, because importing this module (and click)
+# would cost it about 3 MB and 30 ms: cao-mcp-server must answer `initialize` within
+# 150 ms under 20 MB, cao-hook runs at every CLI event, and the cao_workflow shim never
+# imports cao. Their parse refuses what this module refuses (cao-hook drops the event instead:
+# a hook must never break its CLI). Paths are relative to src/.
+LIGHT_PROCESS_READS: dict[str, frozenset[str]] = {
+    "cli_agent_orchestrator/mcp_server/relay.py": frozenset(
+        {"CAO_API_HOST", "CAO_API_PORT", "CAO_HOME_DIR", "CAO_AUTH_TOKEN", "CAO_MCP_RECONNECT_SECONDS"}
+    ),
+    "cli_agent_orchestrator/cli/cao_hook.py": frozenset(
+        {"CAO_API_HOST", "CAO_API_PORT", "CAO_HOME_DIR", "CAO_AUTH_TOKEN"}
+    ),
+    "cao_workflow/_auth.py": frozenset({"CAO_HOME_DIR", "CAO_AUTH_TOKEN"}),
+}
 
 
-def _env_float(name: str, default: float) -> float:
-    try:
-        return float(os.environ.get(name, default))
-    except ValueError:
-        return default
+class SettingsError(click.ClickException, ValueError):
+    """Set variables that cannot be read: `problems` holds one line per variable, each naming
+    it, its value and what it accepts.
+
+    A click exception with click's usage-error code (2), so that `cao` and `cao-server` stop
+    with this one paragraph and no traceback wherever a command reads its settings (before
+    cao-server binds a port or touches tmux); a ValueError for any other caller."""
+
+    exit_code = 2
+
+    def __init__(self, problems: list[str]):
+        self.problems = problems
+        super().__init__(
+            f"cao cannot read its settings: {'; '.join(problems)}. "
+            "Correct the value, or unset the variable for its default."
+        )
 
 
-def _env_max_body_bytes() -> int:
-    raw = os.environ.get("CAO_MAX_BODY_BYTES", "").strip()
-    try:
-        return int(raw) if raw and int(raw) > 0 else DEFAULT_MAX_BODY_BYTES
-    except ValueError:
-        return DEFAULT_MAX_BODY_BYTES
+def _shown(raw: str) -> str:
+    return repr(raw if len(raw) <= SHOWN_VALUE_CHARS else raw[:SHOWN_VALUE_CHARS] + "…")
 
 
-def _env_list(name: str) -> list[str]:
-    return [item.strip() for item in os.environ.get(name, "").split(",") if item.strip()]
+class _EnvReader:
+    """Parses variables of one environment strictly, keeping every problem rather than the
+    first, so that one start-up names them all. A refused variable yields its default only
+    to let the reading go on: `from_env` raises before anything uses it."""
+
+    def __init__(self, environ: Mapping[str, str]):
+        self.environ = environ
+        self.problems: list[str] = []
+
+    def raw(self, name: str) -> str | None:
+        value = self.environ.get(name, "").strip()
+        return value or None
+
+    def refuse(self, name: str, raw: str, accepts: str) -> None:
+        self.problems.append(f"{name}={_shown(raw)} {accepts}")
+
+    def text(self, name: str, default: str) -> str:
+        return self.raw(name) or default
+
+    def flag(self, name: str, default: bool) -> bool:
+        raw = self.raw(name)
+        if raw is None:
+            return default
+        if raw.lower() not in BOOLEAN_WORDS:
+            self.refuse(name, raw, "must be one of 1/0, true/false, yes/no, on/off")
+            return default
+        return BOOLEAN_WORDS[raw.lower()]
+
+    def number(self, name: str, default: float, minimum: float) -> float:
+        raw = self.raw(name)
+        if raw is None:
+            return default
+        try:
+            value = float(raw)
+        except ValueError:
+            value = math.nan
+        if not (math.isfinite(value) and value >= minimum):
+            self.refuse(name, raw, f"must be a number >= {minimum:g}")
+            return default
+        return value
+
+    def whole(self, name: str, default: int, minimum: int, maximum: int | None = None) -> int:
+        raw = self.raw(name)
+        if raw is None:
+            return default
+        try:
+            value: int | None = int(raw)
+        except ValueError:
+            value = None
+        if value is None or value < minimum or (maximum is not None and value > maximum):
+            span = f"from {minimum} to {maximum}" if maximum is not None else f">= {minimum}"
+            self.refuse(name, raw, f"must be a whole number {span}")
+            return default
+        return value
+
+    def choice(self, name: str, default: str, choices: tuple[str, ...]) -> str:
+        raw = self.raw(name)
+        if raw is None:
+            return default
+        if raw.lower() not in choices:
+            self.refuse(name, raw, f"is not one of: {', '.join(choices)}")
+            return default
+        return raw.lower()
+
+    def words(self, name: str) -> list[str]:
+        """A comma list; every item means something (an origin, a host), so nothing to refuse."""
+        return [item.strip() for item in self.environ.get(name, "").split(",") if item.strip()]
+
+    def database_url(self, name: str) -> str | None:
+        raw = self.raw(name)
+        if raw is None:
+            return None
+        scheme, sep, rest = raw.partition("://")
+        if sep and scheme.lower() in DATABASE_SCHEMES and rest:
+            return raw
+        # The value is not quoted: a database URL may hold a password.
+        said = f"scheme {scheme!r}" if sep else "no scheme"
+        self.problems.append(
+            f"{name} ({said}) must be a PostgreSQL URL, postgresql://user[:password]@host[:port]/db (or postgres://…)"
+        )
+        return None
 
 
 @dataclass(frozen=True)
@@ -110,50 +249,62 @@ class Settings:
     # Every connection together; 0: the open-file limit less what cao-server keeps for its own
     # files, pipes and tmux clients (cli/server.py); CAO_MAX_CONNECTIONS.
     max_connections: int = 0
+    # cao-server's log level (uvicorn's names); the --log-level flag wins; CAO_LOG_LEVEL.
+    log_level: str = "info"
+    # The hosts `cao install URL` may download from (lower case); empty: github.com and its
+    # raw host (profiles/fetch.py); CAO_PROFILE_ALLOWED_HOSTS.
+    profile_allowed_hosts: tuple[str, ...] = ()
+    # Where `cao install` writes Kiro agent files; None: ~/.kiro/agents; CAO_AGENTS_DIR.
+    kiro_agents_dir: Path | None = None
+    # How long an agent's tool call that cannot connect (cao-server restarting) is tried
+    # again; nothing was sent, so trying again is safe; CAO_MCP_RECONNECT_SECONDS.
+    mcp_reconnect_seconds: float = 60.0
 
     @classmethod
-    def from_env(cls) -> Settings:
-        home = Path(os.environ.get("CAO_HOME_DIR") or DEFAULT_HOME).expanduser().resolve()
-        port_raw = os.environ.get("CAO_API_PORT") or str(DEFAULT_PORT)
-        try:
-            port = int(port_raw)
-        except ValueError:
-            raise SystemExit(f"CAO_API_PORT must be a number, got {port_raw!r}") from None
-        try:
-            queue = max(1, int(os.environ.get("CAO_EVENT_BUS_MAX_QUEUE_SIZE", "1024")))
-        except ValueError:
-            queue = 1024
-        return cls(
-            home_dir=home,
-            api_host=os.environ.get("CAO_API_HOST") or DEFAULT_HOST,
-            api_port=port,
-            event_queue_size=queue,
-            eager_inbox_delivery=_env_bool("CAO_EAGER_INBOX_DELIVERY", False),
-            sender_id_injection=_env_bool("CAO_ENABLE_SENDER_ID_INJECTION", True),
-            working_directory_param=_env_bool("CAO_ENABLE_WORKING_DIRECTORY", False),
-            provider_init_timeout=_env_float("CAO_PROVIDER_INIT_TIMEOUT", 60.0),
-            mcp_request_timeout=_env_float("CAO_MCP_REQUEST_TIMEOUT", 30.0),
-            inbox_sweep_seconds=_env_float("CAO_INBOX_SWEEP_SECONDS", 30.0),
-            cors_origins=_env_list("CAO_CORS_ORIGINS"),
-            allowed_hosts=_env_list("CAO_ALLOWED_HOSTS"),
-            output_source=os.environ.get("CAO_OUTPUT_SOURCE", "control"),
-            workflow_script_timeout=_env_float("CAO_WORKFLOW_SCRIPT_TIMEOUT", 8700.0),
-            client_auth_token=os.environ.get("CAO_AUTH_TOKEN") or None,
-            max_body_bytes=_env_max_body_bytes(),
-            db_busy_timeout=max(0.1, _env_float("CAO_DB_BUSY_TIMEOUT", 10.0)),
-            default_provider=os.environ.get("CAO_DEFAULT_PROVIDER", "").strip() or DEFAULT_PROVIDER,
-            profile_fetch_timeout=max(0.1, _env_float("CAO_PROFILE_FETCH_TIMEOUT", 30.0)),
-            handoff_grace=max(0.0, _env_float("CAO_HANDOFF_GRACE_SECONDS", 300.0)),
-            ws_allowed_clients=_env_list("CAO_WS_ALLOWED_CLIENTS"),
-            database_url=os.environ.get("CAO_DATABASE_URL", "").strip() or None,
-            ws_allowed_origins=_env_list("CAO_WS_ALLOWED_ORIGINS"),
-            placement=os.environ.get("CAO_PLACEMENT", "").strip().lower() or "local",
-            host_dead_after=max(1.0, _env_float("CAO_HOST_DEAD_AFTER_SECONDS", 600.0)),
-            header_timeout=max(0.1, _env_float("CAO_HEADER_TIMEOUT_SECONDS", 10.0)),
-            body_timeout=max(0.1, _env_float("CAO_BODY_TIMEOUT_SECONDS", 60.0)),
-            max_connections_per_user=max(1, int(_env_float("CAO_MAX_CONNECTIONS_PER_USER", 64))),
-            max_connections=max(0, int(_env_float("CAO_MAX_CONNECTIONS", 0))),
+    def from_env(cls, environ: Mapping[str, str] | None = None) -> Settings:
+        """The settings in `environ` (default: this process's environment); SettingsError
+        naming every variable that is set but cannot be read."""
+        env = _EnvReader(os.environ if environ is None else environ)
+        settings = cls(
+            home_dir=Path(env.text("CAO_HOME_DIR", str(DEFAULT_HOME))).expanduser().resolve(),
+            api_host=env.text("CAO_API_HOST", DEFAULT_HOST),
+            api_port=env.whole("CAO_API_PORT", DEFAULT_PORT, 1, 65535),
+            event_queue_size=env.whole("CAO_EVENT_BUS_MAX_QUEUE_SIZE", 1024, 1),
+            eager_inbox_delivery=env.flag("CAO_EAGER_INBOX_DELIVERY", False),
+            sender_id_injection=env.flag("CAO_ENABLE_SENDER_ID_INJECTION", True),
+            working_directory_param=env.flag("CAO_ENABLE_WORKING_DIRECTORY", False),
+            provider_init_timeout=env.number("CAO_PROVIDER_INIT_TIMEOUT", 60.0, 0.1),
+            mcp_request_timeout=env.number("CAO_MCP_REQUEST_TIMEOUT", 30.0, 0.1),
+            inbox_sweep_seconds=env.number("CAO_INBOX_SWEEP_SECONDS", 30.0, 0.1),
+            cors_origins=env.words("CAO_CORS_ORIGINS"),
+            allowed_hosts=env.words("CAO_ALLOWED_HOSTS"),
+            output_source=env.choice("CAO_OUTPUT_SOURCE", "control", OUTPUT_SOURCES),
+            workflow_script_timeout=env.number("CAO_WORKFLOW_SCRIPT_TIMEOUT", 8700.0, 0.1),
+            client_auth_token=env.raw("CAO_AUTH_TOKEN"),
+            max_body_bytes=env.whole("CAO_MAX_BODY_BYTES", DEFAULT_MAX_BODY_BYTES, 1),
+            db_busy_timeout=env.number("CAO_DB_BUSY_TIMEOUT", 10.0, 0.1),
+            # Not checked against the provider registry here: that needs its entry-point scan.
+            # A name no provider has is refused, naming this variable, at the first spawn.
+            default_provider=env.text("CAO_DEFAULT_PROVIDER", DEFAULT_PROVIDER),
+            profile_fetch_timeout=env.number("CAO_PROFILE_FETCH_TIMEOUT", 30.0, 0.1),
+            handoff_grace=env.number("CAO_HANDOFF_GRACE_SECONDS", 300.0, 0.0),
+            ws_allowed_clients=env.words("CAO_WS_ALLOWED_CLIENTS"),
+            database_url=env.database_url("CAO_DATABASE_URL"),
+            ws_allowed_origins=env.words("CAO_WS_ALLOWED_ORIGINS"),
+            placement=env.choice("CAO_PLACEMENT", "local", PLACEMENTS),
+            host_dead_after=env.number("CAO_HOST_DEAD_AFTER_SECONDS", 600.0, 1.0),
+            header_timeout=env.number("CAO_HEADER_TIMEOUT_SECONDS", 10.0, 0.1),
+            body_timeout=env.number("CAO_BODY_TIMEOUT_SECONDS", 60.0, 0.1),
+            max_connections_per_user=env.whole("CAO_MAX_CONNECTIONS_PER_USER", 64, 1),
+            max_connections=env.whole("CAO_MAX_CONNECTIONS", 0, 0),
+            log_level=env.choice("CAO_LOG_LEVEL", "info", LOG_LEVELS),
+            mcp_reconnect_seconds=env.number("CAO_MCP_RECONNECT_SECONDS", 60.0, 0.0),
+            profile_allowed_hosts=tuple(h.lower().strip("[]") for h in env.words("CAO_PROFILE_ALLOWED_HOSTS")),
+            kiro_agents_dir=Path(raw).expanduser() if (raw := env.raw("CAO_AGENTS_DIR")) else None,
         )
+        if env.problems:
+            raise SettingsError(env.problems)
+        return settings
 
     @property
     def base_url_is_loopback(self) -> bool:

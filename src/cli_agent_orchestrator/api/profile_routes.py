@@ -13,7 +13,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from ..models import SAFE_NAME_RE
 from ..profiles.catalog import catalog, details, find_entry, summary
 from ..profiles.install import InstallConfig, install_profile
-from ..services.terminals.launch_file import mcp_server_argv
+from ..providers.common import mcp_server_argv
 from .errors import EVERY_ROUTE, answers
 from .limits import StrictJsonRoute
 from .schemas import json_pattern, refused, stated
@@ -79,13 +79,7 @@ def install(request: Request, body: InstallRequest) -> InstallResponse:
     Writes `<home>/agent-store/NAME.md`, `env_vars` to `<home>/.env`, and for kiro_cli the
     Kiro agent JSON; 400 names the problem, and then nothing was written."""
     runtime = request.app.state.runtime
-    config = InstallConfig.from_environ(
-        runtime.settings.home_dir,
-        runtime.settings.default_provider,
-        runtime.terminals.environ,
-        mcp_server_argv(),
-        runtime.settings.profile_fetch_timeout,
-    )
+    config = InstallConfig.from_settings(runtime.settings, mcp_server_argv())
     result = install_profile(body.source, config, provider=body.provider, env_vars=body.env_vars, allow_files=False)
     return InstallResponse(**result.as_dict())
 

@@ -49,6 +49,9 @@ def main(argv: list[str] | None = None) -> int:
     host = os.environ.get("CAO_API_HOST") or "127.0.0.1"
     if host in ("0.0.0.0", "::"):
         host = "127.0.0.1"
+    # Parsed here, not through settings.py (LIGHT_PROCESS_READS says why). A CAO_API_PORT that
+    # is not a port drops the event (int() raises below) rather than posting to the default
+    # port: a hook must never break its CLI, and cao-server already refused such a value.
     port = os.environ.get("CAO_API_PORT") or "9889"
     # http.client, not urllib: it imports faster (CLIs wait for their hooks) and never
     # consults proxy settings, which must not see localhost traffic.

@@ -14,7 +14,7 @@ from pathlib import Path
 import click
 
 from ..private_files import append_private
-from ..settings import Settings
+from ..settings import LOG_LEVELS, Settings
 
 SHUTDOWN_GRACE_S = 3
 # File descriptors cao-server keeps for itself beside its connections: the database, logs,
@@ -30,20 +30,29 @@ MAX_HEADER_BYTES = 16 * 1024
 
 @click.command(context_settings={"help_option_names": ["-h", "--help"]})
 @click.option("--host", default=None, help="Bind address (default CAO_API_HOST or 127.0.0.1).")
-@click.option("--port", type=int, default=None, help="Port (default CAO_API_PORT or 9889).")
-@click.option("--log-level", default=lambda: os.environ.get("CAO_LOG_LEVEL", "info"), show_default="info")
+@click.option("--port", type=click.IntRange(1, 65535), default=None, help="Port (default CAO_API_PORT or 9889).")
+@click.option(
+    "--log-level",
+    type=click.Choice(LOG_LEVELS, case_sensitive=False),
+    default=None,
+    help="Log level (default CAO_LOG_LEVEL or info).",
+)
 @click.option(
     "--supervise",
     is_flag=True,
     help="Run under a watchdog that starts cao-server again (and so re-adopts its agents) if it dies.",
 )
-def main(host: str | None, port: int | None, log_level: str, supervise: bool) -> None:
+def main(host: str | None, port: int | None, log_level: str | None, supervise: bool) -> None:
     """Start cao-server on 127.0.0.1:9889 (loopback only unless --host says otherwise)."""
+    # The flags go into the environment, which the watchdog's child and the agents inherit.
     if host:
         os.environ["CAO_API_HOST"] = host
     if port:
         os.environ["CAO_API_PORT"] = str(port)
+    # First, before any port or tmux: a setting that cannot be read stops here, exit code 2
+    # with every bad variable named (SettingsError is a click exception).
     settings = Settings.from_env()
+    log_level = (log_level or settings.log_level).lower()
     settings.ensure_dirs()
     if supervise:
         from .supervise import supervise as run_watchdog

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import asyncio
 import itertools
-import os
 import time
 from dataclasses import dataclass
 from typing import Any
@@ -42,16 +41,8 @@ class ApiResponse:
 
 # A call that could not even connect (cao-server restarting, an agent's host whose connection
 # to the server is being re-made) never reached the server, so it is safe to try again: for
-# this long (CAO_MCP_RECONNECT_SECONDS), with these pauses (the last repeats).
-RECONNECT_S = 60.0
+# Settings.mcp_reconnect_seconds (CAO_MCP_RECONNECT_SECONDS), with these pauses (the last repeats).
 RECONNECT_PAUSES_S = (0.2, 0.5, 1.0, 2.0)
-
-
-def reconnect_window() -> float:
-    try:
-        return max(0.0, float(os.environ.get("CAO_MCP_RECONNECT_SECONDS", RECONNECT_S)))
-    except ValueError:
-        return RECONNECT_S
 
 
 class CaoApi:
@@ -70,7 +61,7 @@ class CaoApi:
         self.base_url = base_url
         self.timeout = timeout
         self.transport = transport
-        self.reconnect_s = reconnect_window() if reconnect_s is None else reconnect_s
+        self.reconnect_s = Settings.from_env().mcp_reconnect_seconds if reconnect_s is None else reconnect_s
         # The Authorization header; by default from CAO_AUTH_TOKEN or the cao home's token
         # file, and none when neither can be read (the server still admits its owner on loopback).
         self.headers = headers

@@ -1,8 +1,15 @@
 """A flow's schedule: a standard 5-field cron expression evaluated in an explicit IANA time
 zone (the flow's `timezone`, else the server's local zone). cronsim computes due times with
 cron's own rules (0 and 7 are Sunday; a restricted day-of-month OR day-of-week) and handles
-daylight-saving changes: a time skipped by the clock change runs at the first moment after
-it, a repeated one runs once.
+daylight-saving changes as common cron implementations do:
+
+* the gap (spring forward): a time the clock skips runs at the first valid time after it
+  (a daily 02:30 in Europe/Paris runs at 03:00 CEST on 2027-03-28);
+* the overlap (fall back): a time the clock shows twice runs once, at its first occurrence
+  (a daily 01:30 in America/New_York runs at 01:30 EDT on 2027-11-07, not again in EST);
+* an hourly schedule runs on every real hour: 23 runs that spring day, 25 that autumn day.
+
+tests/test_flow_offsets.py walks these with an injected clock.
 """
 
 from __future__ import annotations

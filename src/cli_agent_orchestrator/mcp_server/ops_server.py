@@ -9,12 +9,14 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+import sys
 from typing import Annotated, Any
 
 from mcp.server.mcpserver import MCPServer
 from pydantic import Field
 
 from ..clients.aio import CaoApi
+from ..settings import SettingsError
 from .ops_tools import OpsConfig, OpsTools
 from .server import add_workflow_tools
 from .tools import ToolConfig
@@ -177,7 +179,12 @@ def main() -> None:
     """Run on stdio (also what `cao ops-mcp-server` calls)."""
     # stderr is the host CLI's log; a line per HTTP request would drown real problems.
     logging.getLogger("httpx").setLevel(logging.WARNING)
-    build_server().run("stdio")
+    try:
+        server = build_server()
+    except SettingsError as exc:  # a malformed CAO_* value: named, no traceback (exit 2, like cao)
+        exc.show()
+        sys.exit(2)
+    server.run("stdio")
 
 
 if __name__ == "__main__":

@@ -9,13 +9,16 @@ holds a few MB: nothing of cao's packages but the token reader is imported.
 
 Requests are forwarded concurrently (a long handoff does not hold up a send_message), answers are
 written one line at a time. A cao-server that cannot be reached yet (restarting) is tried again
-for CAO_MCP_RECONNECT_SECONDS (60): nothing was sent, so trying again is safe.
+for CAO_MCP_RECONNECT_SECONDS (60): nothing was sent, so trying again is safe. A setting it
+cannot read (CAO_API_PORT, CAO_MCP_RECONNECT_SECONDS) stops it with exit code 2, as it stops
+cao; it parses them itself (settings.LIGHT_PROCESS_READS says why).
 """
 
 from __future__ import annotations
 
 import http.client
 import json
+import math
 import os
 import sys
 import threading
@@ -151,7 +154,7 @@ def _sse_data(body: bytes) -> list[bytes]:
     return out
 
 
-def endpoint_url() -> str:
+def endpoint_url(problems: list[str]) -> str:
     """CAO_MCP_URL (set in every agent's environment), else the server CAO_API_HOST/PORT name."""
     url = os.environ.get("CAO_MCP_URL", "").strip()
     if url:
@@ -161,7 +164,8 @@ def endpoint_url() -> str:
         host = "127.0.0.1"
     if ":" in host and not host.startswith("["):
         host = f"[{host}]"
-    return f"http://{host}:{os.environ.get('CAO_API_PORT', '').strip() or '9889'}/mcp"
+    port = _setting("CAO_API_PORT", 9889, problems, minimum=1, maximum=65535)
+    return f"http://{host}:{int(port)}/mcp"
 
 
 def credential_headers() -> dict[str, str]:
@@ -171,12 +175,33 @@ def credential_headers() -> dict[str, str]:
     return auth_headers(os.environ.get("CAO_HOME_DIR") or None, os.environ.get("CAO_AUTH_TOKEN"))
 
 
-def main() -> None:
+def _setting(name: str, default: float, problems: list[str], minimum: float, maximum: int | None = None) -> float:
+    """A number setting parsed as settings.py parses it (which this process does not import,
+    to stay light): unset or empty is the default; anything else that is not a number in
+    range is a problem naming the variable. `maximum`: a whole number up to it."""
+    raw = os.environ.get(name, "").strip()
+    if not raw:
+        return default
     try:
-        reconnect = max(0.0, float(os.environ.get("CAO_MCP_RECONNECT_SECONDS", RECONNECT_S)))
+        value = float(int(raw)) if maximum is not None else float(raw)
     except ValueError:
-        reconnect = RECONNECT_S
-    Relay(endpoint_url(), credential_headers(), reconnect).serve(sys.stdin.buffer, sys.stdout.buffer)
+        value = float("nan")
+    if math.isfinite(value) and value >= minimum and (maximum is None or value <= maximum):
+        return value
+    shown = repr(raw if len(raw) <= 40 else raw[:40] + "…")
+    span = f"a whole number from {minimum} to {maximum}" if maximum is not None else f"a number >= {minimum:g}"
+    problems.append(f"{name}={shown} must be {span}")
+    return default
+
+
+def main() -> None:
+    problems: list[str] = []
+    url = endpoint_url(problems)
+    reconnect = _setting("CAO_MCP_RECONNECT_SECONDS", RECONNECT_S, problems, minimum=0.0)
+    if problems:  # before any request: the agent's CLI reports an MCP server that did not start
+        sys.stderr.write(f"cao-mcp-server cannot read its settings: {'; '.join(problems)}.\n")
+        raise SystemExit(2)
+    Relay(url, credential_headers(), reconnect).serve(sys.stdin.buffer, sys.stdout.buffer)
 
 
 if __name__ == "__main__":

@@ -1,7 +1,7 @@
 """The hooks a cao plugin may implement, declared once.
 
 Every event hook is called with keyword arguments, always including `event`: a JSON-ready
-dict `{"id", "seq", "type", "hook", "topic", "at", "actor", "data"}` (see README "Plugins").
+dict `{"id", "seq", "type", "hook", "topic", "at", "actor", "data"}` (see docs/plugins.md).
 An implementation takes any subset of the arguments and may be `async def`. Plugins
 observe: what a hook returns is ignored (but `cao_stats`), what it raises is counted in GET
 /diagnostics, and neither reaches the agents or the other plugins. Each event also reaches

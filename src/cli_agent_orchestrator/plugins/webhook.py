@@ -9,7 +9,9 @@ Settings (`plugins.webhook`):
     max_attempts  tries per event (default 5); timeout_s per try (default 10)
     backoff_s     wait before the 2nd try (default 1), doubled for each next one, at most 60
 
-A 5xx, 408, 429 or a network error is retried; any other answer >= 300 is not. Every event
+A 5xx, 408, 429 or a network error is retried; any other answer >= 300 is not. A 408, 429
+or 503 that says `Retry-After` (seconds or an HTTP date) is tried again after that long instead
+of the backoff (at most 60 s; the endpoint knows when it can take more). Every event
 it wants ends delivered or, once, in `<home>/logs/webhook-dead-letter.jsonl` (0600) with why:
 its tries failed (also counted as a failure), cao-server's queue for it was full, or cao-server
 stopped first (the try in flight is cut). Counts: `delivered`, `dead_lettered`, `skipped`.
@@ -24,6 +26,7 @@ import json
 import logging
 import os
 from datetime import UTC, datetime
+from email.utils import parsedate_to_datetime
 from pathlib import Path
 from typing import Any
 
@@ -42,6 +45,8 @@ DELIVERY_HEADER = "X-CAO-Delivery"  # the event id: the same on every try, for d
 DEAD_LETTER_PATH = Path("logs") / "webhook-dead-letter.jsonl"
 MAX_BACKOFF_S = 60.0
 RETRIED_STATUSES = frozenset({408, 429})
+# Answers whose Retry-After header says when to try again (RFC 9110, section 10.2.3).
+RETRY_AFTER_STATUSES = frozenset({408, 429, 503})
 FAILED = "delivery failed"
 # What the dispatcher's `reason` for a missed event means here (plugins/dispatch.py).
 MISSED_REASONS = {
@@ -118,6 +123,7 @@ class Webhook:
         if self._client is None:
             self._client = httpx.AsyncClient(timeout=self.timeout_s)
         error: str | None = None
+        wait_s: float | None = None  # what the endpoint asked for (Retry-After); None: the backoff
         for attempt in range(1, self.max_attempts + 1):
             self._tries[event["id"]] = (attempt, error)
             try:
@@ -135,9 +141,12 @@ class Webhook:
                 error = f"HTTP {resp.status_code}"
                 if resp.status_code < 500 and resp.status_code not in RETRIED_STATUSES:
                     break
+                wait_s = retry_after(resp) if resp.status_code in RETRY_AFTER_STATUSES else None
             self._tries[event["id"]] = (attempt, error)
             if attempt < self.max_attempts:
-                await asyncio.sleep(min(MAX_BACKOFF_S, self.backoff_s * 2 ** (attempt - 1)))  # backoff, not a sync
+                backoff = self.backoff_s * 2 ** (attempt - 1) if wait_s is None else wait_s
+                await asyncio.sleep(min(MAX_BACKOFF_S, backoff))  # backoff, not a sync
+                wait_s = None
         # A cancellation (shutdown) never gets here: the event stays in _tries for cao_missed_events.
         del self._tries[event["id"]]
         self._bury([self._letter(event, FAILED, attempt, error)])
@@ -155,6 +164,22 @@ class Webhook:
         private_dir(self.dead_letter.parent)
         append_private(self.dead_letter, b"".join(letters))
         self.dead_lettered += len(letters)
+
+
+def retry_after(resp: httpx.Response) -> float | None:
+    """The wait a `Retry-After` header asks for, in seconds (>= 0); None without a readable one."""
+    value = resp.headers.get("Retry-After", "").strip()
+    if not value:
+        return None
+    if value.isdigit():
+        return float(value)
+    try:
+        when = parsedate_to_datetime(value)
+    except (TypeError, ValueError):
+        return None
+    if when.tzinfo is None:  # an HTTP date is GMT
+        when = when.replace(tzinfo=UTC)
+    return max(0.0, (when - datetime.now(UTC)).total_seconds())
 
 
 def _secret(conf: dict[str, Any]) -> str | None:

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import asyncio
 import ipaddress
-from collections.abc import Mapping
 
 import httpx
 
@@ -28,11 +27,10 @@ MAX_REDIRECTS = 3  # github.com/…/raw/… → raw.githubusercontent.com is one
 _LOOPBACK_NAMES = {"localhost"}
 
 
-def allowed_hosts(environ: Mapping[str, str]) -> tuple[str, ...]:
-    """CAO_PROFILE_ALLOWED_HOSTS (comma list, case-insensitive), else github.com and its raw host."""
-    raw = environ.get("CAO_PROFILE_ALLOWED_HOSTS", "")
-    hosts = tuple(h.strip().lower().strip("[]") for h in raw.split(",") if h.strip())
-    return hosts or DEFAULT_ALLOWED_HOSTS
+def allowed_hosts(configured: tuple[str, ...]) -> tuple[str, ...]:
+    """The hosts CAO_PROFILE_ALLOWED_HOSTS names (Settings.profile_allowed_hosts), else
+    github.com and its raw host."""
+    return configured or DEFAULT_ALLOWED_HOSTS
 
 
 def is_url(source: str) -> bool:

@@ -25,8 +25,8 @@ from pathlib import Path
 from ..errors import InvalidInput, NotFound
 from ..models import SAFE_NAME_RE
 from ..private_files import DIR_MODE, FILE_MODE, private_home, replace_private
-from ..providers.kiro_cli import agents_dir
 from ..providers.registry import provider_names
+from ..settings import Settings
 from .catalog import referenced_variables
 from .env_file import check_values, env_path, env_text_with, env_write_lock, read_env_values
 from .fetch import FETCH_DEADLINE_S, allowed_hosts, fetch_profile_text, is_url, url_file_stem
@@ -57,15 +57,15 @@ class InstallConfig:
     fetch_timeout: float = FETCH_DEADLINE_S  # the whole download of a URL; CAO_PROFILE_FETCH_TIMEOUT
 
     @classmethod
-    def from_environ(
-        cls,
-        home: Path,
-        default_provider: str,
-        environ: Mapping[str, str],
-        mcp_server_argv: list[str],
-        fetch_timeout: float = FETCH_DEADLINE_S,
-    ) -> InstallConfig:
-        return cls(home, default_provider, agents_dir(environ), allowed_hosts(environ), mcp_server_argv, fetch_timeout)
+    def from_settings(cls, settings: Settings, mcp_server_argv: list[str]) -> InstallConfig:
+        return cls(
+            settings.home_dir,
+            settings.default_provider,
+            settings.kiro_agents_dir or Path.home() / ".kiro" / "agents",
+            allowed_hosts(settings.profile_allowed_hosts),
+            mcp_server_argv,
+            settings.profile_fetch_timeout,
+        )
 
 
 @dataclass(frozen=True)

@@ -70,6 +70,10 @@ class LaunchContext:
     # How the CLI's hooks reach cao-server: "fifo" (the cao home's hook FIFO, this machine) or
     # "http" (`cao-hook`, for an agent on another host, through its reverse forward).
     hook_channel: str = "fifo"
+    # The agent runs on a registered host, not on cao-server's machine: every command in its
+    # launch must be a name the host's own PATH resolves, never a path of this machine (the
+    # host may be another user, or another box).
+    on_host: bool = False
 
 
 @dataclass(frozen=True)
@@ -111,7 +115,7 @@ def stop_hook_message(event: str, payload: dict) -> str | None:
 @dataclass(frozen=True)
 class Provider:
     name: str
-    binary: str
+    binary: str  # the CLI on cao-server's machine: a command name, or an absolute path
     build_launch: Callable[[LaunchContext], Launch]
     read_status: Callable[[Screen], StatusReading]
     # Given the pane's whole history (wrapped lines joined), return the text of
@@ -176,3 +180,12 @@ class Provider:
     # Why a launch of this profile cannot work (a file the CLI needs is missing), or None;
     # checked before anything is allocated, so the request is a 400 that says what to do.
     preflight: Callable[[str, Mapping[str, str]], str | None] = no_preflight
+    # The CLI's command name on a host, for a provider whose `binary` is a path of this machine
+    # (one installed beside cao, like the mock agent): what `cao host check` looks for on the
+    # host's PATH, and what build_launch runs when `ctx.on_host`. None: `binary` is that name.
+    host_binary: str | None = None
+
+    @property
+    def command_on_host(self) -> str:
+        """The name a host's PATH must resolve for this provider's agents to start there."""
+        return self.host_binary or self.binary

@@ -213,6 +213,11 @@ _WORKED = re.compile(r"^\s*(?:─ )?Worked for ")
 _STARTING = "? for shortcuts"  # the footer's only row until the session is ready
 _WAITING_FOR_START = "Waiting for startup"  # footer while a prompt sent during start-up waits
 _QUEUED = "• Queued follow-up inputs"
+# A dialog's option list marks its selected row with the composer's `› `: "› 1. Trust and
+# continue" over "  2. Back …". Codex draws a frame row by row, so a screen read mid-frame can
+# hold the list without the key-hint row below it; that list is no composer.
+_SELECTED_OPTION = re.compile(r"^› \d+\. ")
+_OTHER_OPTION = re.compile(r"^  \d+\. ")
 
 
 def _rows(lines: list[str]) -> list[str]:
@@ -238,6 +243,12 @@ def _composer(rows: list[str]) -> int | None:
     return None
 
 
+def _is_option_list(rows: list[str], composer: int) -> bool:
+    # The composer always has a footer row below it; a list may not have its next option yet.
+    below = next((r for r in rows[composer + 1 :] if r.strip()), "")
+    return bool(_SELECTED_OPTION.match(rows[composer]) and (not below or _OTHER_OPTION.match(below)))
+
+
 def _last_turn(rows: list[str], end: int) -> tuple[int | None, int]:
     """(index of the last submitted prompt above `end`, first row of its output)."""
     for i in range(end - 1, -1, -1):
@@ -254,6 +265,9 @@ def read_status(screen: Screen) -> StatusReading:
     composer = _composer(rows)
     if composer is None:
         return StatusReading(TerminalStatus.UNKNOWN)  # starting up, or exiting
+    if _is_option_list(rows, composer):
+        # A dialog drawn up to its options: its hint row (and so which dialog) is still to come.
+        return StatusReading(TerminalStatus.UNKNOWN)
     # The placeholder is grey text; only the cursor tells it from typed text.
     has_text = not (screen.cursor_row == composer and screen.cursor_col <= len(_PROMPT))
     footer = [r.strip() for r in rows[_block_end(rows, composer) :] if r.strip()]

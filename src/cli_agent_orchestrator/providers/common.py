@@ -108,11 +108,22 @@ def hook_url(ctx: LaunchContext) -> str | None:
     return f"http://{'[::1]' if host == '::1' else host}:{port}/terminals/{ctx.terminal_id}/hooks"
 
 
+def mcp_server_argv() -> list[str]:
+    """How an agent starts cao-mcp-server: the console script beside this Python."""
+    script = Path(sys.executable).parent / "cao-mcp-server"
+    if script.exists():
+        return [str(script)]
+    found = shutil.which("cao-mcp-server")
+    if found:
+        return [found]
+    return [sys.executable, "-m", "cli_agent_orchestrator.mcp_server.relay"]
+
+
 def mcp_server(ctx: LaunchContext) -> dict:
     """cao-mcp-server (the stdio relay to cao-server's /mcp) as a stdio MCP server entry: command,
     args, and the environment that proves the agent (some CLIs pass their MCP servers only what
     the entry names). For a CLI that cannot reach an HTTP MCP server."""
-    argv = ctx.mcp_server_argv or [sys.executable, "-m", "cli_agent_orchestrator.mcp_server.relay"]
+    argv = ctx.mcp_server_argv or mcp_server_argv()
     env = {"CAO_TERMINAL_ID": ctx.terminal_id, "CAO_MCP_URL": ctx.mcp_url, "CAO_MCP_TOKEN": ctx.mcp_token}
     for name in ("CAO_HOME_DIR", "CAO_MCP_RECONNECT_SECONDS"):
         if ctx.environ.get(name):

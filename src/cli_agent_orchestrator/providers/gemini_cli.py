@@ -98,13 +98,20 @@ def _link_entries(source: Path, target: Path, skip: set[str], only: tuple[str, .
 
 
 def _policy_file(directory: Path, tools: list[str]) -> Path:
-    """Allowed tools as policy-engine rules: these run without asking (`--allowed-tools` is deprecated)."""
+    """Allowed tools as policy-engine rules: these run without asking (`--allowed-tools` is deprecated).
+    Gemini drops the whole file when one rule fails its schema (every rule needs a `toolName`),
+    and then asks before every tool: an MCP rule names its server and `*` or the one tool."""
     rules = []
+    servers = tool_names.servers(tools)
     for tool in tools:
-        if tool.startswith("@"):  # "@server": every tool of that MCP server
-            rules.append(f'[[rule]]\nmcpName = {json.dumps(tool[1:])}\ndecision = "allow"\npriority = 100\n')
+        if tool.startswith("@") and tool[1:].partition("/")[0] in servers:  # "@server", "@server/tool"
+            server, _, one = tool[1:].partition("/")
+            rules.append(
+                f"[[rule]]\nmcpName = {json.dumps(server)}\ntoolName = {json.dumps(one or '*')}\n"
+                'decision = "allow"\npriority = 100\n'
+            )
             continue
-        for name in tool_names.names("gemini_cli", [tool]):  # the shared table
+        for name in tool_names.names("gemini_cli", [tool]):  # the shared table (`@builtin` too)
             rules.append(f'[[rule]]\ntoolName = {json.dumps(name)}\ndecision = "allow"\npriority = 100\n')
     path = directory / "cao-allowed-tools.toml"
     write_private(path, "\n".join(rules))

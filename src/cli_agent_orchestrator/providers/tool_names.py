@@ -107,7 +107,7 @@ BUILTINS: dict[str, tuple[str, ...]] = {
     p: tuple(dict.fromkeys(name for entry, row in TABLE.items() if entry != MCP for name in row[p] or ()))
     for p in PROVIDERS
 }
-# How far each CLI enforces a set (README: "Roles and tools").
+# How far each CLI enforces a set (docs/profiles.md, "Roles and tools").
 ENFORCEMENT = {
     "claude_code": "hard",  # permissions.deny for builtins outside the set; only the set's MCP servers
     "codex": "partial",  # sandbox level (read-only / workspace-write) and MCP servers; no per-tool choice

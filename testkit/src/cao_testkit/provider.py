@@ -29,6 +29,10 @@ _INTERRUPTED = "Interrupted."
 _QUESTION = QUESTION_LINES[0].split(":")[0]  # "? Mock question"
 _BYE = "Bye."
 _BANNER = "MockCli ready."
+# The console script testkit installs (pyproject.toml): how a host that has the testkit starts
+# the mock, found on the host's PATH. Here the server's own interpreter runs it (its bin
+# directory need not be on the PATH).
+HOST_BINARY = "cao-mock-agent"
 
 
 def build_launch(ctx: LaunchContext) -> Launch:
@@ -46,11 +50,15 @@ def build_launch(ctx: LaunchContext) -> Launch:
                 env[f"CAO_MOCK_{name}"] = json.dumps(value) if isinstance(value, (list, dict)) else str(value)
     # `mock: {hooks: true}`: report turns through cao-hook, as Claude Code's hooks do.
     if str(env.pop("CAO_MOCK_HOOKS", "")).lower() in ("true", "1", "yes"):
-        env["CAO_MOCK_HOOK_COMMAND"] = json.dumps(hook_command())
+        env["CAO_MOCK_HOOK_COMMAND"] = json.dumps(hook_command(ctx.on_host))
+    if ctx.on_host:  # the host's own installation: this machine's interpreter path means nothing there
+        return Launch(argv=[HOST_BINARY], env=env)
     return Launch(argv=[sys.executable, "-m", "cao_testkit.mock.agent"], env=env)
 
 
-def hook_command() -> list[str]:
+def hook_command(on_host: bool = False) -> list[str]:
+    if on_host:
+        return ["cao-hook"]
     return [sys.executable, "-m", "cli_agent_orchestrator.cli.cao_hook"]
 
 
@@ -205,6 +213,7 @@ def extract_reply(history_lines: list[str]) -> str | None:
 PROVIDER = Provider(
     name="mock_cli",
     binary=sys.executable,
+    host_binary=HOST_BINARY,
     build_launch=build_launch,
     read_status=read_status,
     extract_reply=extract_reply,

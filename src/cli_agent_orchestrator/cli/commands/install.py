@@ -8,13 +8,11 @@ over HTTP (the server's POST /agents/profiles/install takes names and URLs only)
 
 from __future__ import annotations
 
-import os
-
 import click
 
 from ...errors import CaoError
 from ...profiles.install import InstallConfig, install_profile
-from ...services.terminals.launch_file import mcp_server_argv
+from ...providers.common import mcp_server_argv
 from ...settings import Settings
 from .common import env_pairs, json_option, print_fields, print_json
 
@@ -34,9 +32,7 @@ def install(source: str, provider: str | None, env: tuple[str, ...], as_json: bo
     A URL's whole download must end within CAO_PROFILE_FETCH_TIMEOUT seconds (default 30).
     """
     settings = Settings.from_env()
-    config = InstallConfig.from_environ(
-        settings.home_dir, settings.default_provider, os.environ, mcp_server_argv(), settings.profile_fetch_timeout
-    )
+    config = InstallConfig.from_settings(settings, mcp_server_argv())
     try:
         result = install_profile(source, config, provider=provider, env_vars=env_pairs(env), allow_files=True)
     except CaoError as exc:

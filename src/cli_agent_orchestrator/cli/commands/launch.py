@@ -52,7 +52,7 @@ def _confirm(
             ("Host", host or "(the placement policy)"),
             ("Session", session_name or "(new, named by cao)"),
             ("Tools (run without asking)", shown_tools),
-            ("Everything else", "refused by the CLI where it can (README: Roles and tools)"),
+            ("Everything else", "refused by the CLI where it can (docs/profiles.md: Roles and tools)"),
         ]
     )
     if not click.confirm("Trust this workspace and launch? Proceed?", default=False):

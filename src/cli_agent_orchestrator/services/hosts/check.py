@@ -3,7 +3,8 @@ missing, with the command that installs it.
 
 One fixed script (PROBE) runs on the host and prints `key=value` lines between two markers;
 anything else between them makes the answer unreadable rather than guessed at. The binaries
-to look for (cao's tools, the providers' CLIs) are passed to it as positional arguments.
+to look for (cao's tools, and the CLI of every registered provider, built-in or by entry point,
+under the name a host's PATH resolves) are passed to it as positional arguments.
 """
 
 from __future__ import annotations
@@ -153,14 +154,22 @@ def _bare(host: str) -> str:
     return host.partition(":")[0] if host.count(":") == 1 else host
 
 
-def report_items(values: Mapping[str, str], clis: Mapping[str, str]) -> list[CheckItem]:
-    """`clis`: provider name → its binary. The ssh item comes first, from the caller."""
+def report_items(
+    values: Mapping[str, str], clis: Mapping[str, str], unplaceable: Mapping[str, str] | None = None
+) -> list[CheckItem]:
+    """`clis`: provider name → the command it runs on a host (probed); `unplaceable`: provider
+    name → a path of cao-server's machine it runs, which no host can be asked for. The ssh item
+    comes first, from the caller."""
     system = _System(values.get("os.kernel", ""), values.get("os.id", ""))
     items = [_tmux(values, system), _python(values, system)]
     items += [_binary(values, tool, "cao", CAO_INSTALL) for tool in CAO_TOOLS]
     for provider, binary in sorted(clis.items()):
         fix = CLI_INSTALL.get(binary, f"install the CLI `{binary}` that the {provider} provider runs")
         items.append(_binary(values, binary, "cli", fix, provider))
+    for provider, path in sorted((unplaceable or {}).items()):
+        detail = f"runs {path[:200]}, a path on cao-server's machine: it cannot run on a host"
+        fix = f"give the {provider} provider a `host_binary`: its CLI's command name on a host's PATH"
+        items.append(CheckItem(provider, "cli", False, detail, fix, provider))
     return items
 
 

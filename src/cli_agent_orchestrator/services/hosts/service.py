@@ -151,7 +151,7 @@ class HostService:
         return record
 
     async def _check(self, host: HostRecord) -> CheckReport:
-        clis = _provider_clis()
+        clis, unplaceable = _provider_clis()
         binaries = ["tmux", "python3", *CAO_TOOLS, *sorted(set(clis.values()))]
         target = str(host.target)
         result = await run_on_host(
@@ -168,22 +168,25 @@ class HostService:
         except ProbeUnreadable as exc:
             failed = CheckItem("probe", "requirement", False, str(exc), "check that the host has a POSIX sh")
             return CheckReport(host.name, target, False, [reached, failed])
-        items = [reached, *report_items(values, clis)]
+        items = [reached, *report_items(values, clis, unplaceable)]
         return CheckReport(host.name, target, is_ready(items), items)
 
 
-def _provider_clis() -> dict[str, str]:
-    """Provider → the CLI it runs, for the providers whose binary is a plain command name
-    (a provider that runs a local path, like the mock agent's, has nothing to look for)."""
-    clis = {}
+def _provider_clis() -> tuple[dict[str, str], dict[str, str]]:
+    """Every registered provider (built-in or by entry point) → the command its agents run on a
+    host (`Provider.command_on_host`); apart, those whose command is not a plain name (a path of
+    this machine, which a host cannot be asked for)."""
+    clis, unplaceable = {}, {}
     for name in provider_names():
         try:
-            binary = get_provider(name).binary
+            command = get_provider(name).command_on_host
         except InvalidInput:  # a plugin provider that does not load is left out
             continue
-        if BINARY_RE.fullmatch(binary):
-            clis[name] = binary
-    return clis
+        if BINARY_RE.fullmatch(command):
+            clis[name] = command
+        else:
+            unplaceable[name] = command
+    return clis, unplaceable
 
 
 def _last_line(text: str) -> str:

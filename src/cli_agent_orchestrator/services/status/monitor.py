@@ -412,6 +412,10 @@ class StatusMonitor(CliSignals):
         if term.listings_pending and status.is_ready:
             term.held_ready = (status, source, reason)
             status, source, reason = TerminalStatus.UNKNOWN, "tools", TOOLS_PENDING
+        elif term.listings_pending:
+            # A later reading that is not ready (a dialog, a turn) outdates the held one: it
+            # must not be forced out over the dialog once the tools are listed.
+            term.held_ready = None
         previous = term.status
         if status == previous and reason == term.reason and not force:
             return

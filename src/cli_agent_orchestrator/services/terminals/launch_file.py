@@ -11,8 +11,6 @@ start, a deleted terminal, files left by a crash), so it never outlives the star
 from __future__ import annotations
 
 import shlex
-import shutil
-import sys
 from collections.abc import Mapping
 from pathlib import Path
 
@@ -24,17 +22,6 @@ ENV_FILE_SUFFIX = ".env"
 _ENV_NAME_OK = set("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789_")
 # Describe the server's own terminal, not the pane's.
 _NOT_INHERITED = {"TMUX", "TMUX_PANE", "COLUMNS", "LINES", "TERM_PROGRAM", "TERM_PROGRAM_VERSION"}
-
-
-def mcp_server_argv() -> list[str]:
-    """How an agent starts cao-mcp-server: the console script beside this Python."""
-    script = Path(sys.executable).parent / "cao-mcp-server"
-    if script.exists():
-        return [str(script)]
-    found = shutil.which("cao-mcp-server")
-    if found:
-        return [found]
-    return [sys.executable, "-m", "cli_agent_orchestrator.mcp_server.relay"]
 
 
 def write_env_file(path: Path, base: Mapping[str, str], extra: dict[str, str]) -> None:

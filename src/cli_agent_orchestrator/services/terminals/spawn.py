@@ -24,15 +24,16 @@ from ...models import MODEL_RE, SAFE_NAME_RE, Terminal, Worktree
 from ...profiles.loading import AgentProfile, load_profile
 from ...profiles.roles import ToolSet, gives_cao_tools, resolve_tools
 from ...providers.base import Launch, LaunchContext, Provider
+from ...providers.common import mcp_server_argv
 from ...providers.registry import get_provider
-from ...settings import Settings
+from ...settings import DEFAULT_PROVIDER, Settings
 from ...store import Store
 from ...store.hosts import HostTables
 from ..hosts.placement import LOCAL, choose
 from ..hosts.records import check_name
 from ..status.monitor import StatusMonitor
 from .engines import check_engine, requested_engine
-from .launch_file import env_file, env_file_text, mcp_server_argv, pane_command, write_env_file
+from .launch_file import env_file, env_file_text, pane_command, write_env_file
 from .names import check_not_flow_session, check_terminal_id, normalise_session_name
 from .relocate import relocated
 
@@ -195,16 +196,16 @@ class Spawner:
             if not os.path.isabs(spec.binary) and shutil.which(spec.binary) is None:
                 raise InvalidInput(
                     f"provider {provider}: its CLI `{spec.binary}` is not on cao-server's PATH; "
-                    "install it (see the README's provider table) or pick another provider"
+                    "install it (see docs/providers.md) or pick another provider"
                 )
         except InvalidInput as exc:
             if not by_default:
                 raise
             # Nobody asked for this provider: say where it came from and how to choose another.
             source = (
-                "CAO_DEFAULT_PROVIDER=" + provider
-                if (self.environ.get("CAO_DEFAULT_PROVIDER") or "").strip()
-                else f"{provider} (CAO_DEFAULT_PROVIDER is not set)"
+                f"{provider} (CAO_DEFAULT_PROVIDER is not set)"
+                if provider == DEFAULT_PROVIDER
+                else "CAO_DEFAULT_PROVIDER=" + provider
             )
             raise InvalidInput(
                 f"no provider given (neither the request nor profile {profile.name!r} names one) "
@@ -285,6 +286,7 @@ class Spawner:
                 profile_extra=profile.frontmatter,
                 environ=self.environ if place is None else host_environ(place),
                 hook_channel="fifo" if place is None else "http",
+                on_host=place is not None,
                 mcp_url=mcp_url,
                 mcp_token=mcp_token,
             )

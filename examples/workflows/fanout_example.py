@@ -2,7 +2,7 @@
 
 Run it:
 
-    cp docs/examples/fanout_example.py ~/.aws/cli-agent-orchestrator/workflows/
+    cp examples/workflows/fanout_example.py ~/.aws/cli-agent-orchestrator/workflows/
     cao workflow run fanout_example
     cao workflow run fanout_example --input provider=kiro_cli
 

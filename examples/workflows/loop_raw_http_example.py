@@ -2,7 +2,7 @@
 
 Run it:
 
-    cp docs/examples/loop_raw_http_example.py ~/.aws/cli-agent-orchestrator/workflows/
+    cp examples/workflows/loop_raw_http_example.py ~/.aws/cli-agent-orchestrator/workflows/
     cao workflow run loop_raw_http_example
     cao workflow run loop_raw_http_example --input provider=kiro_cli
 

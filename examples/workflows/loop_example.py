@@ -2,7 +2,7 @@
 
 Run it (the script must sit in the cao workflow directory and runs by its stem):
 
-    cp docs/examples/loop_example.py ~/.aws/cli-agent-orchestrator/workflows/
+    cp examples/workflows/loop_example.py ~/.aws/cli-agent-orchestrator/workflows/
     cao workflow run loop_example                             # mock agent, no credentials
     cao workflow run loop_example --input provider=kiro_cli   # a real CLI
 

@@ -2,7 +2,7 @@
 
 Run it:
 
-    cp docs/examples/conditional_example.py ~/.aws/cli-agent-orchestrator/workflows/
+    cp examples/workflows/conditional_example.py ~/.aws/cli-agent-orchestrator/workflows/
     cao workflow run conditional_example
     cao workflow run conditional_example --input ticket="routine: rename a config key"
     cao workflow run conditional_example --input provider=kiro_cli
