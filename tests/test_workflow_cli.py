@@ -64,6 +64,8 @@ def server(tmp_path_factory):
         ("failing", FAILING_SCRIPT),
         ("manual", MANUAL_SCRIPT),
         ("slow", SLOW_SCRIPT.format(seconds=3)),
+        # Outlives any CLI start-up on a loaded machine: a test that cancels it finds it running.
+        ("long", SLOW_SCRIPT.format(seconds=120)),
     ]:
         (specs / f"{name}.py").write_text(text, encoding="utf-8")
     (specs / "seqflow.yaml").write_text(YAML_SPEC, encoding="utf-8")
@@ -348,7 +350,7 @@ def test_bad_decide_is_a_usage_error(server, decide):
 
 
 def test_wait_timeout_and_cancel(server):
-    run_id = submit(server, "slow")
+    run_id = submit(server, "long")
     out = fails(server, "wait", run_id, "--timeout", "0.5").stdout
     assert out.strip() == f"{run_id} still running after 0.5s"
     assert ok(server, "cancel", run_id).strip() == f"Cancelled {run_id}."
