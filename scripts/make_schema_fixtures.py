@@ -35,11 +35,36 @@ OUT = REPO / "tests" / "fixtures" / "schemas"
 # v5→v6 made every String column TEXT on PostgreSQL.
 PG_TEXT_FROM = 6
 # Tables whose integer key PostgreSQL numbers with a sequence (set past the rows inserted).
-SERIAL_KEYS = {"inbox_messages": "id", "workflow_events": "seq", "flow_runs": "id"}
+SERIAL_KEYS = {"inbox_messages": "id", "workflow_events": "seq", "flow_runs": "id", "memories": "id"}
+# FTS5 makes these shadow tables itself with its virtual table (v12 on): never created by hand.
+FTS_SHADOW_TABLES = tuple(f"memories_fts_{part}" for part in ("data", "idx", "docsize", "config", "content"))
 
 TERMINAL_ID = "fe000001"
 # The rows each fixture holds where its version has the table (columns it lacks are left out).
+FIXTURE_AT = "2026-01-02T03:04:05.678+00:00"
 ROWS: dict[str, list[dict[str, Any]]] = {
+    # v12 on: a memory, whose full-text index (FTS5's triggers, PostgreSQL's generated column)
+    # must find it after an upgrade.
+    "memories": [
+        {
+            "id": 1,
+            "scope": "global",
+            "scope_id": "",
+            "key": "fixture-memory",
+            "memory_type": "project",
+            "tags": ["fixture"],
+            "entries": [
+                {"at": FIXTURE_AT, "text": "a memory kept across upgrades", "terminal_id": None, "agent_profile": None}
+            ],
+            "content": "a memory kept across upgrades",
+            "created_at": FIXTURE_AT,
+            "updated_at": FIXTURE_AT,
+            "terminal_id": None,
+            "agent_profile": None,
+            "recall_count": 0,
+            "last_recalled_at": None,
+        }
+    ],
     "terminals": [
         {
             "id": TERMINAL_ID,
@@ -62,6 +87,9 @@ ROWS: dict[str, list[dict[str, Any]]] = {
             "worktree": None,
             "host": None,
             "workflow_step": None,
+            "description": "a worker kept across upgrades",
+            "group_path": ["fixture-team", "backend"],
+            "metadata": {"phase": "review"},
         }
     ],
     "inbox_messages": [
@@ -225,6 +253,9 @@ def _present_tables(engine: sa.Engine, module: ModuleType) -> list[sa.Table]:
         for index in table.indexes:
             if all(c.name in present for c in index.columns) and not _made_by_column(index):
                 sa.Index(index.name, *[kept.c[c.name] for c in index.columns], unique=index.unique)
+        for unique in table.constraints:  # (memories' scope and key, v12 on)
+            if isinstance(unique, sa.UniqueConstraint) and all(c.name in present for c in unique.columns):
+                kept.append_constraint(sa.UniqueConstraint(*[c.name for c in unique.columns], name=unique.name))
     return list(out.sorted_tables)
 
 
@@ -247,6 +278,9 @@ def _as_text(table: sa.Table) -> sa.Table:
     for index in table.indexes:
         if not _made_by_column(index):
             sa.Index(index.name, *[kept.c[c.name] for c in index.columns], unique=index.unique)
+    for unique in table.constraints:
+        if isinstance(unique, sa.UniqueConstraint):
+            kept.append_constraint(sa.UniqueConstraint(*[c.name for c in unique.columns], name=unique.name))
     return kept
 
 
@@ -280,7 +314,12 @@ def dump(version: int, commit: str, engine: sa.Engine, module: ModuleType, diale
     if dialect_name == "sqlite":
         dialect = sqlite.dialect()
         with engine.connect() as conn:
-            ddl = conn.execute(sa.text("SELECT sql FROM sqlite_master WHERE sql IS NOT NULL ORDER BY rowid")).scalars()
+            ddl = conn.execute(
+                sa.text(
+                    "SELECT sql FROM sqlite_master WHERE sql IS NOT NULL AND name NOT IN :shadow ORDER BY rowid"
+                ).bindparams(sa.bindparam("shadow", expanding=True)),
+                {"shadow": list(FTS_SHADOW_TABLES)},
+            ).scalars()
             body.extend(" ".join(line.strip() for line in s.strip().splitlines()) + ";" for s in ddl)
         # sqlite_master keeps each CREATE as it was issued, ALTER TABLE ... ADD COLUMN included.
     else:
@@ -294,6 +333,8 @@ def dump(version: int, commit: str, engine: sa.Engine, module: ModuleType, diale
             body.append(str(sa.schema.CreateTable(table).compile(dialect=dialect)).strip() + ";")
             for index in sorted(table.indexes, key=lambda i: i.name or ""):
                 body.append(str(sa.schema.CreateIndex(index).compile(dialect=dialect)).strip() + ";")
+            if table.name == "memories":  # its full-text column and index (v12 on)
+                body.extend(f"{statement};" for statement in module.MEMORY_SEARCH_DDL["postgresql"])
     body.append(f"INSERT INTO schema_version (version) VALUES ({version});")
     for table in tables:
         body.extend(_inserts(table, dialect))

@@ -3,6 +3,10 @@
 * `npm_binary(package, version, binary)`: installs a pinned CLI from the npm
   registry once into a cache (CAO_TEST_CLI_DIR, default ~/.cache/cao-test-clis)
   and returns the binary's path. A file lock makes concurrent installs safe.
+* `pip_binary(package, version, binary)`: the same for a CLI from PyPI, in its own virtual
+  environment under the cache (the interpreter running the tests makes it); the binary is
+  returned from a directory of its own, so putting it on PATH does not bring that
+  environment's `python` or `pip` along. `constraints` pins the CLI's dependencies too.
 * `real_cli_server(...)`: a CaoServer whose HOME, XDG dirs and TMPDIR are the
   test's own (every CLI confined to a temporary home), with the scripted model
   server's endpoints in its environment and the CLI's binary on PATH.
@@ -19,6 +23,7 @@ import fcntl
 import os
 import shutil
 import subprocess
+import sys
 from pathlib import Path
 from typing import NoReturn
 
@@ -73,6 +78,30 @@ def npm_binary(package: str, version: str, binary: str) -> Path:
             )
     if not path.exists():
         raise RuntimeError(f"npm installed {package}@{version} but {path} is missing")
+    return path
+
+
+def pip_binary(package: str, version: str, binary: str, constraints: Path | None = None) -> Path:
+    prefix = CACHE / f"pypi-{package}-{version}-py{sys.version_info.major}{sys.version_info.minor}"
+    venv_binary, path = prefix / "venv" / "bin" / binary, prefix / "bin" / binary
+    prefix.mkdir(parents=True, exist_ok=True)
+    with open(prefix / ".lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if not path.exists():
+            shutil.rmtree(prefix / "venv", ignore_errors=True)  # a half-made one from an interrupted run
+            subprocess.run([sys.executable, "-m", "venv", str(prefix / "venv")], check=True, capture_output=True)
+            pins = ["-c", str(constraints)] if constraints else []
+            subprocess.run(
+                [str(prefix / "venv" / "bin" / "pip"), "install", "-q", "--disable-pip-version-check", *pins]
+                + [f"{package}=={version}"],
+                check=True,
+                capture_output=True,
+                timeout=900,
+            )
+            if not venv_binary.exists():
+                raise RuntimeError(f"pip installed {package}=={version} but {venv_binary} is missing")
+            path.parent.mkdir(exist_ok=True)
+            path.symlink_to(venv_binary)  # its shebang names the environment's python
     return path
 
 

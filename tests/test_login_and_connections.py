@@ -215,10 +215,18 @@ def test_the_owner_keeps_working_while_another_user_holds_thousands_of_connectio
         stdout=subprocess.PIPE,
     )
     try:
-        assert int(proc.stdout.readline()) >= 32
-        held = diagnostics(cao)
-        assert held["held"].get(str(stranger.uid), 0) <= 32
-        assert held["refused"][str(stranger.uid)] >= 3000 - 32 - 100  # a few may have failed to connect
+        connected = int(proc.stdout.readline())
+        assert connected >= 2000  # a few may time out in a full accept backlog on a loaded machine
+        # The stranger's connects complete in the kernel's backlog before cao-server accepts them:
+        # the server's count catches up as it drains the backlog (slowly on a loaded machine).
+        uid = str(stranger.uid)
+        wait_until(
+            lambda: diagnostics(cao)["refused"].get(uid, 0) >= connected - 32,
+            timeout=120,
+            interval=0.5,
+            message="every connection beyond the stranger's 32 refused",
+        )
+        assert diagnostics(cao)["held"].get(uid, 0) <= 32
         # The owner's CLI, HTTP clients, hooks, MCP tools and web UI all still work.
         listed = cli(cao, "session", "list", "--json")
         assert listed.returncode == 0, listed.stderr

@@ -21,7 +21,15 @@ from mcp_support import agent_env, call, mcp_session
 
 pytestmark = [pytest.mark.anyio, pytest.mark.skipif(shutil.which("tmux") is None, reason="tmux not installed")]
 
-ALL_TOOLS = {"handoff", "assign", "send_message", "answer_user_prompt", "delete_terminal"}
+ALL_TOOLS = {
+    "handoff",
+    "assign",
+    "send_message",
+    "answer_user_prompt",
+    "delete_terminal",
+    "get_handoff_result",
+    "cancel_handoff",
+}
 UNKNOWN_TERMINAL = "0badc0de"  # well-formed, never allocated in a fresh home
 
 
@@ -82,12 +90,14 @@ async def test_list_tools_offers_working_directory_only_when_enabled(cao_factory
         params = {name: set(t.input_schema["properties"]) for name, t in tools.items()}
         required = {name: set(t.input_schema.get("required", [])) for name, t in tools.items()}
         workdir = {"working_directory"} if with_workdir else set()
-        common = {"agent_profile", "message", "model", "engine", "use_worktree", "host"}
-        assert params["handoff"] == common | {"timeout"} | workdir
+        common = {"agent_profile", "message", "model", "engine", "use_worktree", "host", "description"}
+        assert params["handoff"] == common | {"timeout", "wait"} | workdir
         assert params["assign"] == common | workdir
         assert params["send_message"] == {"message", "receiver_id"}
         assert params["answer_user_prompt"] == {"terminal_id", "answer"}
         assert params["delete_terminal"] == {"terminal_id"}
+        assert params["get_handoff_result"] == {"job_id", "wait"} and required["get_handoff_result"] == {"job_id"}
+        assert params["cancel_handoff"] == {"job_id"}
         assert required["handoff"] == required["assign"] == {"agent_profile", "message"}
         assert required["send_message"] == {"message"}
         assert tools["handoff"].input_schema["properties"]["timeout"]["default"] == 600

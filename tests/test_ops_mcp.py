@@ -41,6 +41,10 @@ OPS_TOOLS = {
     "shutdown_session",
     "list_flows",
     "run_flow",
+    # The user's memory tools (issue 29; tests/test_memory.py drives them).
+    "memory_store",
+    "memory_recall",
+    "memory_forget",
 }
 # Every workflow tool of cao-mcp-server except workflow_return, which only a step's agent can use.
 WORKFLOW_TOOLS = {
@@ -116,6 +120,7 @@ async def test_tool_list_names_parameters_and_both_entry_points(cao: CaoServer) 
         "model",
         "initial_message",
         "host",
+        "env_vars",
     }
     assert required["launch_session"] == {"agent_profile"}
     assert tools["launch_session"].input_schema["properties"]["allowed_tools"]["anyOf"][0]["type"] == "array"

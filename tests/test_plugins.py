@@ -358,6 +358,76 @@ def test_assign_and_session_deletion_reach_the_audit_log(cao_factory, tmp_path: 
     assert events[killed]["actor"] == "api"
 
 
+# --- post_send_message carries the text (issue 28, item 6) ------------------------------------
+# Two plugins: one names `message` and tampers with what it got; one is written for the hook as it
+# was (ids only). Each records what it received, as JSON lines in CAO_TEST_PLUGIN_OUT/<name>.
+TEXT_PLUGIN = """
+import json, os
+from pathlib import Path
+from cli_agent_orchestrator.plugins import hookimpl
+
+@hookimpl
+def post_send_message(event, message_id, message):
+    line = {"message_id": message_id, "message": message, "data": dict(event["data"])}
+    event["data"]["receiver_id"] = "tampered"  # its own copy: nobody else sees this
+    with open(Path(os.environ["CAO_TEST_PLUGIN_OUT"]) / "text.jsonl", "a") as f:
+        f.write(json.dumps(line) + "\\n")
+"""
+IDS_ONLY_PLUGIN = """
+import json, os
+from pathlib import Path
+from cli_agent_orchestrator.plugins import hookimpl
+
+@hookimpl
+def post_send_message(event, message_id, sender_id, receiver_id):
+    line = {"message_id": message_id, "sender_id": sender_id, "receiver_id": receiver_id, "data": event["data"]}
+    with open(Path(os.environ["CAO_TEST_PLUGIN_OUT"]) / "ids.jsonl", "a") as f:
+        f.write(json.dumps(line) + "\\n")
+"""
+
+
+@needs_tmux
+def test_post_send_message_gives_the_text_to_plugins_that_name_it_and_ids_to_old_ones(
+    cao_factory, tmp_path: Path
+) -> None:
+    out = tmp_path / "out"
+    out.mkdir()
+    code = tmp_path / "plugins"
+    code.mkdir()
+    (code / "cao_text_plugin.py").write_text(TEXT_PLUGIN)
+    (code / "cao_ids_plugin.py").write_text(IDS_ONLY_PLUGIN)
+    cao = plugin_server(
+        cao_factory,
+        tmp_path,
+        {
+            "enabled": ["text", "ids", "audit_log"],
+            "modules": {"text": "cao_text_plugin", "ids": "cao_ids_plugin"},
+        },
+        CAO_TEST_PLUGIN_OUT=str(out),
+    ).start()
+    receiver = cao.create_session()["id"]
+    text = "please review the plan: étape 2 ✓"
+    posted = cao.client.post(f"/terminals/{receiver}/inbox/messages", json={"sender_id": "a-script", "message": text})
+    assert posted.status_code == 200, posted.text
+    message_id = posted.json()["message_id"]
+    wait_until(lambda: (out / "text.jsonl").exists() and (out / "ids.jsonl").exists(), 20, message="both plugins")
+    [got_text] = read_records(out / "text.jsonl")
+    [got_ids] = read_records(out / "ids.jsonl")
+    assert (got_text["message_id"], got_text["message"]) == (message_id, text)
+    assert got_ids == {
+        "message_id": message_id,
+        "sender_id": "a-script",
+        "receiver_id": receiver,
+        "data": {"message_id": message_id, "receiver_id": receiver, "sender_id": "a-script"},
+    }
+    # The text is the hook's argument only: not in the event's data, nor in the audit log.
+    assert "message" not in got_text["data"]
+    wait_until(lambda: any(e["type"] == "inbox.queued" for e in audit_lines(cao)), 20, message="inbox.queued")
+    queued = audit_lines(cao)[index_of(audit_lines(cao), "inbox.queued", message_id=message_id)]
+    assert queued["data"]["receiver_id"] == receiver and text not in json.dumps(queued, ensure_ascii=False)
+    assert plugin_stats(cao)["text"]["failures"] == 0 and plugin_stats(cao)["ids"]["failures"] == 0
+
+
 # --- which events plugins see --------------------------------------------------------------------------
 # Facts of the terminal's own plumbing, too many or too low-level to be worth a hook.
 NOT_FOR_PLUGINS = {

@@ -18,7 +18,10 @@ from cli_agent_orchestrator.errors import InvalidInput
 from cli_agent_orchestrator.providers import registry
 from cli_agent_orchestrator.providers.registry import ENTRY_POINT_GROUP, get_provider, provider_names
 
-BUILT_INS = {"claude_code", "codex", "gemini_cli", "qwen_cli", "opencode_cli", "kiro_cli"}
+BUILT_INS = {
+    *("claude_code", "codex", "gemini_cli", "qwen_cli", "opencode_cli", "kiro_cli"),
+    *("copilot_cli", "hermes", "omp", "grok_cli", "aider"),  # issue 27
+}
 
 
 @pytest.fixture
@@ -44,6 +47,14 @@ def test_unknown_provider_names_the_available_ones(fresh_registry) -> None:
         get_provider("no_such_cli")
     assert str(err.value).startswith("unknown provider 'no_such_cli'; available: ")
     assert all(name in str(err.value) for name in BUILT_INS | {"mock_cli"})
+
+
+def test_a_cli_that_cannot_run_here_is_refused_with_its_reason(fresh_registry) -> None:
+    with pytest.raises(InvalidInput) as err:
+        get_provider("kimi_cli")
+    assert str(err.value).startswith("provider 'kimi_cli' is not supported: ")
+    assert "Python 3.12" in str(err.value)
+    assert "kimi_cli" not in provider_names()
 
 
 def test_a_broken_entry_point_breaks_only_itself(fresh_registry, monkeypatch) -> None:

@@ -19,7 +19,7 @@ from pathlib import Path
 import anyio
 import psutil
 import pytest
-from conftest import CaoServer, wait_until
+from conftest import CaoServer, cli, wait_until
 from crash_support import long_paste_survives_a_crash
 from credential_support import agent_credential, argv_holding, files_holding
 from mcp.client.session import ClientSession
@@ -219,6 +219,33 @@ def test_spawn_text_and_shell_turns_exit_and_delete(env) -> None:
     cao.wait_status(tid, "error", timeout=30)  # the pane's process ended
     assert "exited" in detail(cao, tid)["status_reason"]
     delete_and_check(cao, tid)
+
+
+def test_launch_resumes_a_conversation_claude_recorded(env) -> None:
+    """`cao launch --resume-session-id` with the id Claude gave its conversation: the resumed agent
+    sends the model the earlier turn with the new one."""
+    cao, model, root = env
+    work = workdir(root, "resume")
+    first = cao.create_session("claude_dev", provider="claude_code", yolo="true", working_directory=work)
+    turn(cao, first["id"], "say hello")
+    delete_and_check(cao, first["id"])
+    # Claude keeps each conversation in ~/.claude/projects/<its working directory>/<session id>.jsonl.
+    recorded = [
+        f
+        for f in (Path(cao.env["HOME"]) / ".claude" / "projects").glob("*resume/*.jsonl")
+        if "say hello" in f.read_text()
+    ]
+    assert len(recorded) == 1, recorded
+    launched = cli(
+        cao, "launch", "--agents", "claude_dev", "--provider", "claude_code", "--headless", "--yolo", "--json",
+        "--working-directory", work, "--resume-session-id", recorded[0].stem,
+    )  # fmt: skip
+    assert launched.returncode == 0, launched.stderr
+    resumed = json.loads(launched.stdout)["id"]
+    turn(cao, resumed, "list the marker")
+    history = json.dumps(main_requests(model, "list the marker")[-1]["body"]["messages"])
+    assert "say hello" in history and HELLO in history
+    delete_and_check(cao, resumed)
 
 
 def answer_user_prompt(cao: CaoServer, terminal_id: str, answer: str) -> dict:
@@ -451,3 +478,44 @@ def test_a_long_paste_interrupted_by_a_crash_is_submitted_once(env) -> None:
         lambda marker: sum(r["user_text"].count(marker) for r in model.requests("claude") if not r["side"]),
     )
     delete_and_check(cao, term["id"])
+
+
+# --- skills (issue 29): the catalogue in the system prompt, a skill loaded through the tool ---
+SKILL_TEXT = "Group the changes by area, newest first. SKILL-TEXT-5150"
+SCRIPT.append(
+    {
+        "match": "load the release skill",
+        "steps": [
+            {"tool": "mcp:cao-mcp-server:load_skill", "args": {"name": "release-notes"}},
+            {"text": "Loaded the skill."},
+        ],
+    }
+)
+
+
+def test_a_claude_agent_is_shown_the_skill_catalogue_and_loads_a_skill_through_the_tool(env) -> None:
+    cao, model, root = env
+    skill = cao.home / "skills" / "release-notes"  # as `cao skills add` leaves it
+    skill.mkdir(parents=True)
+    (skill / "SKILL.md").write_text(
+        f"---\nname: release-notes\ndescription: Write release notes from merged pull requests\n---\n{SKILL_TEXT}\n"
+    )
+    (skill / "template.md").write_text("## Changes\n")
+    term = cao.create_session(
+        "claude_dev", provider="claude_code", yolo="true", working_directory=workdir(root, "skills")
+    )
+    try:
+        turn(cao, term["id"], "load the release skill")
+        requests = main_requests(model, "load the release skill")
+        # The catalogue went into Claude's system prompt, after the profile's own.
+        system = json.dumps(requests[0]["body"]["system"])
+        assert "cao test developer ZX81" in system
+        assert "- release-notes: Write release notes from merged pull requests" in system
+        result = json.loads(requests[-1]["tool_result"])
+        assert result["success"] is True and result["name"] == "release-notes"
+        assert result["text"].startswith(SKILL_TEXT) and str(skill / "template.md") in result["text"]
+        assert result["files"] == [str(skill / "template.md")]
+    finally:
+        delete_and_check(cao, term["id"])
+        for path in (skill / "SKILL.md", skill / "template.md", skill):  # later agents see no catalogue
+            path.rmdir() if path.is_dir() else path.unlink()

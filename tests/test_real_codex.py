@@ -11,7 +11,9 @@ crash at start, death mid-turn.
 
 from __future__ import annotations
 
+import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -218,6 +220,47 @@ def test_back_to_back_turns_each_get_their_own_reply(env: Env):
         assert terminal(env, tid)["status_source"] == "hook:Stop"
     finally:
         delete_session(env, term)
+
+
+def test_a_session_resumes_a_conversation_codex_recorded(env: Env):
+    """POST /sessions with `resume_session_id` (what `cao launch --resume-session-id` sends): Codex
+    starts as `codex resume ID` and sends the model the earlier turn with the new one."""
+
+    def run(tid: str, prompt: str) -> str:
+        resp = env.cao.client.post(
+            "/terminals/run-step",
+            json={"agent": "codex_dev", "prompt": prompt, "reuse_terminal_id": tid, "timeout": 60},
+            timeout=90,
+        )
+        assert resp.status_code == 200, resp.text
+        return resp.json()["last_message"]
+
+    home = Path(env.cao.env["HOME"])
+    before = set((home / ".codex" / "sessions").rglob("rollout-*.jsonl"))
+    first = create(env)
+    assert run(first["id"], "please say hello") == HELLO
+    delete_session(env, first)
+    # Codex records each conversation as $CODEX_HOME/sessions/Y/M/D/rollout-<time>-<id>.jsonl.
+    (recorded,) = set((home / ".codex" / "sessions").rglob("rollout-*.jsonl")) - before
+    conversation = re.search(r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$", recorded.stem)
+    assert conversation is not None, recorded
+    resp = env.cao.client.post(
+        "/sessions",
+        params={
+            "agent_profile": "codex_dev",
+            "working_directory": str(env.work),
+            "yolo": True,
+            "resume_session_id": conversation.group(0),
+        },
+    )
+    assert resp.status_code == 201, resp.text
+    resumed = resp.json()
+    try:
+        assert run(resumed["id"], "please print the marker") == "The command printed the marker."
+        asked = [r for r in env.model.requests("codex") if "please print the marker" in r["user_text"]]
+        assert "please say hello" in json.dumps(asked[-1]["body"]), asked[-1]["body"]
+    finally:
+        delete_session(env, resumed)
 
 
 def test_last_reply_is_the_exact_text_from_the_stop_hook(env: Env):

@@ -102,6 +102,16 @@ def check_upgraded(server: CaoServer, version: int, url: str, fresh: dict[str, o
         assert [(r["state"], r["reply"]) for r in runs] == [("completed", "hello")]
     if version >= 9:
         assert server.sql("SELECT job_id, state FROM handoffs") == [("fixture-handoff-1", "completed")]
+    if version >= 11:
+        body = server.client.get(f"/terminals/{TERMINAL_ID}").json()
+        assert (body["description"], body["group"], body["metadata"]) == (
+            "a worker kept across upgrades",
+            ["fixture-team", "backend"],
+            {"phase": "review"},
+        )
+    if version >= 12:  # the memory, and its full-text index (FTS5 triggers, the generated tsvector)
+        found = server.client.get("/memories", params={"query": "kept upgrades", "sort_by": "score"}).json()
+        assert [m["key"] for m in found] == ["fixture-memory"], found
 
 
 @pytest.mark.parametrize("version", range(LATEST_VERSION))

@@ -65,12 +65,14 @@ REFUSED_BY_SERVICE = {
     "POST /terminals/{terminal_id}/key": "the key in the body or in ?key=: neither is required alone",
     "POST /terminals/{terminal_id}/inbox/messages": "the message in the body or in ?message=",
     "POST /agents/profiles/install": "the profile must exist, the URL be allowed and fetchable",
+    "POST /skills": "the URL must be allowed and fetchable, the file a SKILL.md",
     "POST /flows": "cron expressions, time zones, profiles, scripts and files are judged by the flow parser",
     "POST /hosts": "an ssh target's host must be a DNS name or an IP address, its port 1-65535",
     "POST /workflows/runs": "a path must name a workflow file in the workflow directory",
     "POST /workflows/runs:submit": "a path must name a workflow file in the workflow directory",
     "POST /workflows/validate": "a path must name a workflow file in the workflow directory",
     "GET /ui/launch-preview": "the tools must be known to the tool policy, the profile must load",
+    "POST /memories/import": "each line must be a memory as GET /memories/export writes it",
 }
 GENERIC_400 = "Bad input (a one-line reason), or a Host header that is not allowed"
 

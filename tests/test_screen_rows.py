@@ -162,3 +162,11 @@ def test_a_row_read_twice_without_output_is_not_rendered_again():
     stream.feed(b"\x1b[2;1H\x1b[2Kchanged")
     assert screen.dirty == {1}
     assert screen.rows() == ["top", "changed", "bottom", ""]
+
+
+def test_a_private_device_status_request_does_not_drop_the_rest_of_the_output():
+    """GitHub Copilot CLI asks `CSI ? 6 n` before drawing a dialog: pyte raised on it and lost
+    what came after it in the same chunk (the dialog's question)."""
+    screen = EmulatedScreen(30, 3)
+    pyte.ByteStream(screen).feed(b"before\x1b[?6n\r\nDo you trust this folder?")
+    assert screen.rows() == ["before", "Do you trust this folder?", ""]

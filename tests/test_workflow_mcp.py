@@ -233,7 +233,7 @@ async def test_workflow_return_records_the_step_output(cao: CaoServer) -> None:
 
         schema = {"type": "object", "required": ["verdict", "summary"]}
         partial = await call(session, "workflow_return", output={"verdict": "bad"}, output_schema=schema)
-        assert partial == {"ok": True, "validated": False, "errors": ["missing required key 'summary'"]}
+        assert partial == {"ok": True, "validated": False, "errors": ["$.summary: 'summary' is a required property"]}
         full = await call(session, "workflow_return", output={"verdict": "fine", "summary": "s"}, output_schema=schema)
         assert full == {"ok": True, "validated": True, "errors": []}
         step = cao.client.get("/workflows/runs/mcp-ret").json()["steps"][0]

@@ -434,20 +434,22 @@ def test_reserved_mode_validates_but_does_not_run(mode: str) -> None:
 def test_reserved_step_fields_are_listed_once_in_order_and_refused_at_run_time() -> None:
     text = spec_with(
         STEP.format(id="a"),
-        STEP.format(id="b") + "\nwhen: x\noutput_schema: {type: object}",
-        STEP.format(id="c") + "\nwhen: y",
+        STEP.format(id="b") + "\nwhen: x\nuntil: done\nmax_iterations: 3\non_stall: halt\non_no_progress: halt",
+        STEP.format(id="c") + "\nwhen: y\noutput_schema: {type: object}",
         head="name: d\nmode: sequential\n",
     )
     result = validate_spec(text)
     assert result["status"] == "pass_reserved"
     assert result["reserved_notes"] == [
-        "construct 'when' is reserved (not built yet; a spec using it validates but does not run)",
-        "construct 'output_schema' is reserved (not built yet; a spec using it validates but does not run)",
+        f"construct '{name}' is reserved (not built yet; a spec using it validates but does not run)"
+        for name in ("when", "until", "max_iterations", "on_stall", "on_no_progress")
     ]
     spec = parse_spec(text)
-    assert spec.reserved == ("when", "output_schema")
-    assert dict(spec.steps[1].reserved) == {"when": "x", "output_schema": {"type": "object"}}
+    assert spec.reserved == ("when", "until", "max_iterations", "on_stall", "on_no_progress")
+    assert dict(spec.steps[2].reserved) == {"when": "y"}
     assert spec.steps[0].reserved == {}
+    # output_schema is built: a field of the step, not a reserved construct.
+    assert spec.steps[2].output_schema == {"type": "object"} and spec.steps[0].output_schema is None
     assert runnable_problem(spec) == (
         "step 'b' uses reserved field 'when', which is not built yet; remove it to run this spec"
     )

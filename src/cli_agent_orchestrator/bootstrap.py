@@ -19,8 +19,10 @@ from .events import Event
 from .flows.runner import FlowRunner
 from .flows.schedule import server_zone_name
 from .flows.service import FlowService
+from .memory.service import MemoryService
 from .plugins.dispatch import PluginDispatcher
 from .plugins.manager import load_plugins
+from .services.handoff_results import HandoffResults
 from .services.handoffs import HandoffJobs
 from .services.hosts.service import HostService
 from .services.inbox import InboxService
@@ -35,8 +37,9 @@ from .services.worker_questions import QuestionWatch
 from .settings import Settings
 from .store import Store
 from .store.flows import FlowTables
-from .store.handoffs import HandoffTables
+from .store.handoffs import HandoffRecord, HandoffTables
 from .store.hosts import HostTables
+from .store.memories import MemoryTables
 from .tasks import TaskGroup
 from .workflows.catalog import WorkflowCatalog
 from .workflows.drives import RunRegistry
@@ -73,6 +76,8 @@ class Runtime:
     plugins: PluginDispatcher  # the enabled plugins, each fed from the bus in its own task
     flows: FlowService  # scheduled flows: their timer starts with the runtime
     hosts: HostService  # the hosts agents may run on, and cao's ssh connections to them
+    memory: MemoryService  # memories: store, recall, forget, and a new agent's memory block
+    handoff_results: HandoffResults  # durable handoffs: jobs that outlive their caller's call
 
     async def start(self) -> None:
         wire_consumers(self)
@@ -83,11 +88,15 @@ class Runtime:
         result = await self.terminals.adopt_all()
         if result["adopted"] or result["gone"]:
             log.info("restart: re-adopted %d terminal(s), %d gone", len(result["adopted"]), len(result["gone"]))
-        await self.orchestration.recover()  # after adoption: a handoff's surviving worker is found
+        # After adoption: a handoff's surviving worker is found, and adopted again as a job.
+        await self.orchestration.recover(adopt=self._adopt_handoff)
         await self.inbox.recover()
         self.inbox.start_sweeper()
         await self.workflows.recover()
         await self.flows.start()  # after adoption: a flow's busy check sees its surviving agent
+
+    def _adopt_handoff(self, record: HandoffRecord) -> None:
+        self.tasks.spawn(self.handoff_results.adopt(record), f"handoff-adopt:{record.job_id}")
 
     async def stop(self) -> None:
         await self.flows.stop()
@@ -114,6 +123,7 @@ def consumer_table(rt: Runtime) -> list[tuple[str, str, Callable, Callable[[Even
         ("inbox.composer", "terminal.*.composer", rt.inbox.on_composer, None),
         ("inbox.removed", "terminal.*.removed", rt.inbox.on_removed, None),
         ("terminals.backend-lost", "backend.*.lost", rt.terminals.on_backend_lost, None),
+        ("terminals.session-env", "session.*.killed", rt.terminals.session_envs.on_session_killed, None),
         ("plugins", "#", rt.plugins.handle, None),
     ]
 
@@ -153,8 +163,12 @@ def build_runtime(settings: Settings | None = None) -> Runtime:
     cli_hooks = CliHookChannel(settings.tmp_dir, terminals, bus, tasks.spawn)
     inbox = InboxService(settings, store, bus, terminals, monitor, input_service, tasks)
     questions = QuestionWatch(bus, monitor, terminals, inbox, settings.handoff_grace)
-    jobs = HandoffJobs(store, HandoffTables(store.engine), terminals, inbox, bus)
-    orchestration = OrchestrationService(bus, monitor, terminals, inbox, questions, jobs, tasks.spawn)
+    handoff_tables = HandoffTables(store.engine)
+    jobs = HandoffJobs(store, handoff_tables, terminals, inbox, bus)
+    memory = MemoryService(settings, store, MemoryTables(store.engine), bus, tasks.spawn)
+    orchestration = OrchestrationService(
+        bus, monitor, terminals, inbox, questions, jobs, tasks.spawn, memory.first_task
+    )
     registry, timeline = RunRegistry(tasks.spawn), Timeline(store, bus)
     steps = StepExecution(store, registry, timeline, orchestration)
     step_gate = ScriptStepGate(store, registry, timeline, steps)
@@ -203,4 +217,6 @@ def build_runtime(settings: Settings | None = None) -> Runtime:
         PluginDispatcher(load_plugins(settings.home_dir)),
         flows,
         hosts,
+        memory,
+        HandoffResults(store, handoff_tables, orchestration, inbox, bus, monitor, tasks.spawn),
     )

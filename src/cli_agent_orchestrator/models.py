@@ -82,6 +82,11 @@ class Terminal:
     host: str | None = None  # the registered host it runs on; None: this machine
     # A workflow step's agent: its CAO_WORKFLOW_* identity (run, step, generation); None: none.
     workflow_step: dict[str, str] | None = None
+    # What workers know of each other (services/terminals/labels.py bounds them): what this agent
+    # is for, the group path it belongs to (siblings share its first elements), free metadata.
+    description: str | None = None
+    group: list[str] | None = None
+    metadata: dict | None = None
     extra: dict = field(default_factory=dict)
 
 

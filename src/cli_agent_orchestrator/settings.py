@@ -226,6 +226,10 @@ class Settings:
     # How long a handed-off worker that stopped at a question is kept for its caller to answer
     # (`answer_user_prompt`) before it is removed; CAO_HANDOFF_GRACE_SECONDS.
     handoff_grace: float = 300.0
+    # How long an MCP `handoff` call waits for its worker before it answers `pending` with a job id
+    # (the work goes on; get_handoff_result reads it); a call's own `wait` can be shorter or
+    # longer. CAO_HANDOFF_WAIT_SECONDS.
+    handoff_wait: float = 600.0
     # The terminal WebSocket (/terminals/{id}/ws): client addresses beside loopback, and
     # origins beside the server's own and the CORS list (`*` = any, for each).
     ws_allowed_clients: list[str] = field(default_factory=list)
@@ -259,6 +263,15 @@ class Settings:
     # How long an agent's tool call that cannot connect (cao-server restarting) is tried
     # again; nothing was sent, so trying again is safe; CAO_MCP_RECONNECT_SECONDS.
     mcp_reconnect_seconds: float = 60.0
+    # Memory (memory/): whether a new agent's first task carries its memories in a
+    # `<cao-memory>` block (a profile's `memory: false` turns it off for that profile; the
+    # memory tools work either way); CAO_MEMORY_ENABLED. The block's budget in characters,
+    # markers included; CAO_MEMORY_INJECT_CHARS.
+    memory_enabled: bool = True
+    memory_inject_chars: int = 4000
+    # What the `project` memory scope means for every agent and `cao memory`; None: the git
+    # repository of the working directory (or the directory itself); CAO_PROJECT_ID.
+    project_id: str | None = None
 
     @classmethod
     def from_env(cls, environ: Mapping[str, str] | None = None) -> Settings:
@@ -288,6 +301,7 @@ class Settings:
             default_provider=env.text("CAO_DEFAULT_PROVIDER", DEFAULT_PROVIDER),
             profile_fetch_timeout=env.number("CAO_PROFILE_FETCH_TIMEOUT", 30.0, 0.1),
             handoff_grace=env.number("CAO_HANDOFF_GRACE_SECONDS", 300.0, 0.0),
+            handoff_wait=min(env.number("CAO_HANDOFF_WAIT_SECONDS", 600.0, 0.0), 3600.0),
             ws_allowed_clients=env.words("CAO_WS_ALLOWED_CLIENTS"),
             database_url=env.database_url("CAO_DATABASE_URL"),
             ws_allowed_origins=env.words("CAO_WS_ALLOWED_ORIGINS"),
@@ -301,6 +315,9 @@ class Settings:
             mcp_reconnect_seconds=env.number("CAO_MCP_RECONNECT_SECONDS", 60.0, 0.0),
             profile_allowed_hosts=tuple(h.lower().strip("[]") for h in env.words("CAO_PROFILE_ALLOWED_HOSTS")),
             kiro_agents_dir=Path(raw).expanduser() if (raw := env.raw("CAO_AGENTS_DIR")) else None,
+            memory_enabled=env.flag("CAO_MEMORY_ENABLED", True),
+            memory_inject_chars=env.whole("CAO_MEMORY_INJECT_CHARS", 4000, 200, 100_000),
+            project_id=env.raw("CAO_PROJECT_ID"),
         )
         if env.problems:
             raise SettingsError(env.problems)

@@ -185,7 +185,16 @@ export function boardPage(root) {
         t.gone ? h("span", { class: "tag" }, "gone") : null,
         t.name && t.name !== t.id ? h("div", { class: "muted small" }, t.name) : null
       ),
-      h("td", { dataset: { label: "Profile", field: "profile" } }, t.agent_profile),
+      h(
+        "td",
+        { dataset: { label: "Profile" } },
+        h("span", { dataset: { field: "profile" } }, t.agent_profile),
+        // What workers know of each other (description, group): shown as text, never as markup.
+        t.description ? h("div", { class: "small description", dataset: { field: "description" } }, t.description) : null,
+        t.group && t.group.length
+          ? h("div", { class: "muted small", dataset: { field: "group" } }, `group: ${t.group.join(" / ")}`)
+          : null
+      ),
       h("td", { dataset: { label: "Provider", field: "provider" } }, t.provider),
       h("td", { dataset: { label: "Status" } }, badge, reason),
       h("td", { dataset: { label: "In status" } }, since),

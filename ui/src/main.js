@@ -8,6 +8,7 @@ import { terminalPage } from "./terminal.js";
 import { newSessionPage } from "./new_session.js";
 import { workflowsPage, workflowRunPage } from "./workflows.js";
 import { flowsPage } from "./flows.js";
+import { memoryPage } from "./memory.js";
 import { deletedPage } from "./deleted.js";
 
 route("/", boardPage, "board");
@@ -16,6 +17,7 @@ route("/new", newSessionPage, "new");
 route("/workflows", workflowsPage, "workflows");
 route("/workflows/runs/:runId", workflowRunPage, "workflow-run");
 route("/flows", flowsPage, "flows");
+route("/memory", memoryPage, "memory");
 route("/deleted", deletedPage, "deleted");
 
 setUnauthorizedHandler(() => {

@@ -25,13 +25,17 @@ from .auth import OwnerOrToken
 from .errors import EVERY_ROUTE, install_error_handlers
 from .events_stream import router as events_router
 from .flow_routes import router as flow_router
+from .handoff_routes import router as handoff_router
 from .hook_routes import router as hook_router
 from .host_routes import router as host_router
 from .inbox_routes import router as inbox_router
+from .label_routes import router as label_router
 from .limits import BodySizeLimit
+from .memory_routes import router as memory_router
 from .profile_routes import router as profile_router
 from .routes import router
 from .security import RequestGate, cors_origins
+from .skill_routes import router as skill_router
 from .step_routes import router as step_router
 from .terminal_ws import router as terminal_ws_router
 from .ui_routes import router as ui_router
@@ -113,9 +117,13 @@ def create_app(settings: Settings | None = None, runtime: Runtime | None = None)
         }
 
     app.include_router(router)
+    app.include_router(label_router)
+    app.include_router(memory_router)
+    app.include_router(skill_router)  # issue 29: skills
     app.include_router(inbox_router)
     app.include_router(hook_router)
     app.include_router(step_router)
+    app.include_router(handoff_router)
     app.include_router(workflow_router)
     app.include_router(flow_router)
     app.include_router(host_router)

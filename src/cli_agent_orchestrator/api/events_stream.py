@@ -5,7 +5,6 @@ is only streamed when the pattern asks for it and may be dropped under load.
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import re
 from collections.abc import AsyncIterator
@@ -16,6 +15,7 @@ from fastapi.responses import StreamingResponse
 from ..bus import Subscription
 from ..errors import InvalidInput
 from ..events import Event
+from ..events.base import public_fields
 from .errors import EVERY_ROUTE, answers
 from .limits import StrictJsonRoute
 
@@ -40,9 +40,8 @@ SSE_CONTENT = {
 
 def event_json(event: Event) -> dict:
     body = {"type": type(event).__name__, "topic": event.topic}
-    for field in dataclasses.fields(event):
-        value = getattr(event, field.name)
-        body[field.name] = value.decode("utf-8", "replace") if isinstance(value, bytes) else value
+    for name, value in public_fields(event).items():
+        body[name] = value.decode("utf-8", "replace") if isinstance(value, bytes) else value
     return body
 
 

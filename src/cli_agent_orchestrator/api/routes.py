@@ -16,6 +16,7 @@ from fastapi import APIRouter, Body, Path, Query, Request, status
 
 from ..errors import InvalidInput
 from ..models import OrchestrationType
+from ..providers.base import RESUME_ID
 from ..providers.registry import get_provider, provider_names
 from ..services.terminals.spawn import CreateRequest
 from .errors import EVERY_ROUTE, answers
@@ -34,11 +35,13 @@ from .schemas import (
     InitialMessage,
     InputBody,
     KeyBody,
+    LabelsBody,
     OutputOut,
     SessionBody,
     TerminalOut,
     WorktreeOut,
     refused,
+    stated,
 )
 
 router = APIRouter(route_class=StrictJsonRoute, responses=EVERY_ROUTE)
@@ -54,6 +57,15 @@ Model = Annotated[str | None, Query(max_length=MAX_NAME, json_schema_extra=MODEL
 WorkingDirectory = Annotated[str | None, Query(max_length=MAX_PATH)]
 ToolList = Annotated[str | None, Query(max_length=MAX_PATH, description="comma-separated tool names")]
 CallerId = Annotated[str | None, Query(pattern=r"^[a-f0-9]{8}$")]
+ResumeId = Annotated[
+    str | None,
+    Query(
+        max_length=128,
+        description="Resume this conversation of the CLI's own (claude_code, codex, gemini_cli, qwen_cli); "
+        "other providers refuse it with 400",
+        json_schema_extra=stated(pattern=RESUME_ID.pattern),
+    ),
+]
 Engine = Annotated[str | None, Query(max_length=MAX_NAME, description="Kiro CLI's agent engine: v2 (kas is refused)")]
 Host = Annotated[str | None, Query(pattern=HOST_PATTERN, description=HOST_DESCRIPTION)]
 # Error statuses by what a route does (400, 401, 403 and 413 come with every route; 503 with every
@@ -85,6 +97,13 @@ def _text(body_text: str | None, query_text: str | None, what: str = "message") 
     if len(text) > MAX_TEXT:
         raise InvalidInput(f"{what} too long: {len(text)} characters (limit {MAX_TEXT})")
     return text
+
+
+def _labels(body: LabelsBody | None) -> dict:
+    """A create body's description, group and metadata, for the CreateRequest (checked there)."""
+    if body is None:
+        return {}
+    return {"description": body.description, "group": body.group, "metadata": body.metadata}
 
 
 async def _create(request: Request, req: CreateRequest, body: InitialMessage | None) -> TerminalOut:
@@ -129,6 +148,10 @@ async def create_session(
     engine: Engine = None,
     use_worktree: bool = False,
     host: Host = None,
+    resume_session_id: ResumeId = None,
+    memory_manager: Annotated[
+        bool, Query(description="The agent gets its memories (on for every agent; refused where memory is off)")
+    ] = False,
     body: Annotated[SessionBody | None, Body()] = None,
 ) -> TerminalOut:
     req = CreateRequest(
@@ -136,6 +159,8 @@ async def create_session(
         provider=provider,
         session_name=session_name,
         new_session=True,
+        resume_session_id=resume_session_id,
+        memory=memory_manager,
         working_directory=working_directory,
         allowed_tools=_tools(allowed_tools),
         model=model,
@@ -144,6 +169,7 @@ async def create_session(
         use_worktree=use_worktree,
         env_vars=body.env_vars if body else None,
         host=host,
+        **_labels(body),
     )
     return await _create(request, req, body)
 
@@ -184,7 +210,7 @@ async def create_terminal(
     engine: Engine = None,
     use_worktree: bool = False,
     host: Host = None,
-    body: Annotated[InitialMessage | None, Body()] = None,
+    body: Annotated[LabelsBody | None, Body()] = None,
 ) -> TerminalOut:
     if body and body.initial_message is not None and not defer_init:
         raise InvalidInput("initial_message is only accepted with defer_init=true")
@@ -202,6 +228,7 @@ async def create_terminal(
         engine=engine,
         use_worktree=use_worktree,
         host=host,
+        **_labels(body),
     )
     return await _create(request, req, body)
 

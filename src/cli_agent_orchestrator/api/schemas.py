@@ -8,8 +8,7 @@ from __future__ import annotations
 import re
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
-from pydantic.config import JsonValue
+from pydantic import BaseModel, ConfigDict, Field, JsonValue
 
 from ..flows.spec import FLOW_NAME_RE
 from ..models import (
@@ -25,6 +24,13 @@ from ..models import (
 from ..services.hosts.records import NAME_RE as HOST_NAME_RE
 from ..services.input import NAMED_KEYS
 from ..services.terminals.engines import terminal_engine
+from ..services.terminals.labels import (
+    MAX_DESCRIPTION,
+    MAX_GROUP_ITEM,
+    MAX_GROUP_ITEMS,
+    MAX_METADATA_BYTES,
+    MAX_METADATA_KEY,
+)
 from ..workflows.specs import NAME_RE as WORKFLOW_NAME_RE
 from .errors import Error
 
@@ -118,6 +124,9 @@ class TerminalOut(BaseModel):
     engine: str | None = None  # Kiro CLI's agent engine; null for CLIs without engines
     worktree: WorktreeOut | None = None
     host: str | None = None  # the registered host it runs on; null: cao-server's own machine
+    description: str | None = None  # what this agent is for (services/terminals/labels.py)
+    group: list[str] | None = None  # its group path: siblings share its first elements
+    metadata: dict[str, JsonValue] | None = None
 
     @classmethod
     def of(cls, t: Terminal) -> TerminalOut:
@@ -140,6 +149,9 @@ class TerminalOut(BaseModel):
             engine=terminal_engine(t.provider),
             worktree=WorktreeOut.of(t.worktree) if t.worktree else None,
             host=t.host,
+            description=t.description,
+            group=t.group,
+            metadata=t.metadata,
         )
 
 
@@ -149,7 +161,76 @@ class InitialMessage(BaseModel):
     initial_message_orchestration_type: OrchestrationType | None = None
 
 
-class SessionBody(InitialMessage):
+# What workers know of each other, as the HTTP edge states it; services/terminals/labels.py
+# checks the same bounds (a 422 with its reason) for every surface.
+# No control characters (Unicode Cc); a description may hold newlines and tabs.
+_NO_CONTROL = "^[^\\x00-\\x1f\\x7f-\\x9f]+$"
+DESCRIPTION = stated(
+    maxLength=MAX_DESCRIPTION,
+    pattern="^[^\\x00-\\x08\\x0b-\\x1f\\x7f-\\x9f]*$",
+    description="what this agent is for; empty or null: none",
+)
+GROUP = stated(
+    maxItems=MAX_GROUP_ITEMS,
+    items={"type": "string", "minLength": 1, "maxLength": MAX_GROUP_ITEM, "pattern": _NO_CONTROL},
+    description="a group path; siblings share its first `depth` elements",
+)
+METADATA = stated(
+    propertyNames={"minLength": 1, "maxLength": MAX_METADATA_KEY, "pattern": _NO_CONTROL},
+    description=f"a JSON object, at most {MAX_METADATA_BYTES} bytes encoded (compact UTF-8 JSON)",
+)
+
+
+class LabelsBody(InitialMessage):
+    """A new terminal's body: its first message, and what workers know of it."""
+
+    description: str | None = Field(None, json_schema_extra=DESCRIPTION)
+    group: list[str] | None = Field(None, json_schema_extra=GROUP)
+    metadata: dict[str, JsonValue] | None = Field(None, json_schema_extra=METADATA)
+
+
+class GroupBody(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    group: list[str] | None = Field(..., json_schema_extra=GROUP)
+
+
+class MetadataBody(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    metadata: dict[str, JsonValue] | None = Field(..., json_schema_extra=METADATA)
+
+
+class DescriptionBody(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    description: str | None = Field(..., json_schema_extra=DESCRIPTION)
+
+
+class SiblingOut(BaseModel):
+    """One of a terminal's siblings (GET /terminals/{id}/siblings, MCP list_siblings)."""
+
+    id: str
+    session_name: str
+    agent_profile: str
+    provider: str
+    status: str
+    description: str | None = None
+    group: list[str] | None = None
+    metadata: dict[str, JsonValue] | None = None
+
+    @classmethod
+    def of(cls, t: Terminal) -> SiblingOut:
+        return cls(
+            id=t.id,
+            session_name=t.session_name,
+            agent_profile=t.agent_profile,
+            provider=t.provider,
+            status=t.status.value,
+            description=t.description,
+            group=t.group,
+            metadata=t.metadata,
+        )
+
+
+class SessionBody(LabelsBody):
     # Variables for the agent's environment only (cao never stores them); checked by the spawner.
     env_vars: dict[str, str] | None = Field(None, max_length=64)
 

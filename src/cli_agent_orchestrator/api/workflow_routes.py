@@ -96,6 +96,9 @@ class ValidateBody(BaseModel):
 class StepOutputBody(BaseModel):
     model_config = ConfigDict(extra="forbid")
     output: dict[str, Any]
+    # JSON Schema 2020-12 to check `output` against (a script's step); a YAML step's own
+    # output_schema wins. Not a schema → 400; a mismatch → 200 with validated: false.
+    output_schema: dict[str, Any] | None = None
     # The step's CAO_WORKFLOW_GENERATION; when given, output from an older drive is refused.
     generation: str | None = Field(None, max_length=12, pattern=r"^[0-9]+$")
 
@@ -229,10 +232,19 @@ async def run_delete(request: Request, run_id: RunId) -> Response:
     return Response(status_code=status.HTTP_204_NO_CONTENT)
 
 
-@router.post("/runs/{run_id}/steps/{step_id}/output", responses=CHANGES_RUN)
+@router.post(
+    "/runs/{run_id}/steps/{step_id}/output",
+    responses={
+        **CHANGES_RUN,
+        **refused("an output_schema that is not JSON Schema 2020-12, or an output over 1 MiB or not valid text"),
+    },
+)
 async def step_output(request: Request, run_id: RunId, step_id: StepId, body: StepOutputBody) -> dict:
-    """Structured output for a step (MCP `workflow_return` from the step's agent)."""
-    return await service(request).runs.record_step_output(run_id, step_id, body.output, body.generation)
+    """Structured output for a step (MCP `workflow_return` from the step's agent): kept, and
+    answered with `{validated, errors, state}`; `errors` name the failing JSON paths."""
+    return await service(request).runs.record_step_output(
+        run_id, step_id, body.output, body.generation, body.output_schema
+    )
 
 
 @router.get("/runs/{run_id}/events", responses={**SSE_OR_JSON, **answers(422, 503)})

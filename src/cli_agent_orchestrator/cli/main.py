@@ -11,6 +11,7 @@ import click
 
 from .. import __version__
 from .commands.admin import init, mcp_server, ops_mcp_server, shutdown
+from .commands.agent import agent
 from .commands.attach import attach
 from .commands.env import env
 from .commands.flow import flow, schedule
@@ -18,8 +19,10 @@ from .commands.host import host
 from .commands.info import info
 from .commands.install import install
 from .commands.launch import launch
+from .commands.memory import memory
 from .commands.profile import profile
 from .commands.sessions import session
+from .commands.skills import skills
 from .commands.terminals import terminal
 from .commands.ui import ui
 from .commands.workflow import workflow
@@ -38,6 +41,7 @@ for command in (
     info,
     session,
     terminal,
+    agent,
     workflow,
     flow,
     schedule,
@@ -49,6 +53,8 @@ for command in (
     ops_mcp_server,
     profile,
     env,
+    memory,
+    skills,
 ):
     cli.add_command(command)
 

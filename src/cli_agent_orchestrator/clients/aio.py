@@ -45,6 +45,11 @@ class ApiResponse:
 RECONNECT_PAUSES_S = (0.2, 0.5, 1.0, 2.0)
 
 
+# A request header of cao's in-process calls (mcp_server/endpoint.py): this call ends with its
+# caller instead of running on (a wait for a result that nobody would receive).
+CANCELLABLE = "X-CAO-Cancellable"
+
+
 class CaoApi:
     def __init__(
         self,
@@ -90,11 +95,12 @@ class CaoApi:
         params: dict[str, Any] | None = None,
         json: Any = None,
         timeout: float | None = None,
+        headers: dict[str, str] | None = None,
     ) -> ApiResponse:
         limit = self.timeout if timeout is None else timeout
         query = {k: v for k, v in (params or {}).items() if v is not None}
         try:
-            resp = await self._request_reconnecting(method, path, query, json, limit)
+            resp = await self._request_reconnecting(method, path, query, json, limit, headers)
         except httpx.TimeoutException:
             return ApiResponse(0, None, f"no answer from cao-server within {limit:.0f}s", timed_out=True)
         except httpx.HTTPError as exc:
@@ -109,13 +115,19 @@ class CaoApi:
         return ApiResponse(resp.status_code, body, describe_detail(failed.detail))
 
     async def _request_reconnecting(
-        self, method: str, path: str, query: dict[str, Any], json: Any, limit: float
+        self,
+        method: str,
+        path: str,
+        query: dict[str, Any],
+        json: Any,
+        limit: float,
+        headers: dict[str, str] | None = None,
     ) -> httpx.Response:
         """The request, tried again while the server cannot be connected to (nothing was sent)."""
         deadline = time.monotonic() + self.reconnect_s
         for attempt in itertools.count():
             try:
-                return await self._http().request(method, path, params=query, json=json, timeout=limit)
+                return await self._http().request(method, path, params=query, json=json, timeout=limit, headers=headers)
             except httpx.ConnectError:
                 pause = RECONNECT_PAUSES_S[min(attempt, len(RECONNECT_PAUSES_S) - 1)]
                 if time.monotonic() + pause > deadline:

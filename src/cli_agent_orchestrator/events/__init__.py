@@ -7,6 +7,7 @@
 - orchestration.py  sessions, handoffs and assigns
 - workflow.py       a workflow run's timeline
 - flow.py           a scheduled flow's runs
+- memory.py         memories stored and forgotten
 
 Topics follow seed 003: `terminal.{id}.output`, `terminal.{id}.status`, plus lifecycle, inbox,
 orchestration, workflow and flow facts. Output events may be dropped under back-pressure;
@@ -18,6 +19,7 @@ from __future__ import annotations
 from .base import ConsumerFailed, Event
 from .flow import FlowRunFinished, FlowRunStarted
 from .inbox import InboxDelivered, InboxFailed, InboxQueued
+from .memory import MemoryForgotten, MemoryStored
 from .orchestration import (
     AssignFinished,
     AssignStarted,
@@ -88,6 +90,8 @@ __all__ = [
     "InboxQueued",
     "InputSubmitted",
     "McpListed",
+    "MemoryForgotten",
+    "MemoryStored",
     "RunCancelled",
     "RunCompleted",
     "RunFailed",

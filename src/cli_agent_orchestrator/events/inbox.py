@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
-from .base import Event
+from .base import HOOK_ONLY, Event
 
 
 @dataclass(frozen=True)
@@ -12,6 +12,9 @@ class InboxQueued(Event):
     message_id: int
     receiver_id: str
     sender_id: str
+    # The text, for the post_send_message hook only (HOOK_ONLY): never in an event's `data`,
+    # the audit log, webhooks or the SSE stream, which carry ids as they always have.
+    message: str = field(default="", repr=False, metadata={HOOK_ONLY: True})
 
     @property
     def topic(self) -> str:

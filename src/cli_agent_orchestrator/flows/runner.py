@@ -129,7 +129,8 @@ class FlowRunner:
         except CaoError as exc:  # nothing of the agent is left
             return await self.finish(run, "failed", reason=f"the agent could not start: {exc}", terminal_id=None)
         try:
-            reply = await self.orchestration.run_turn(term.id, prompt, spec.timeout)
+            first = await self.orchestration.first_task(term, prompt)  # with its memory block (issue 29)
+            reply = await self.orchestration.run_turn(term.id, first, spec.timeout)
         except CaoError as exc:
             return await self.finish(run, "failed", reason=str(exc))
         return await self.finish(run, "completed", reply=reply)

@@ -28,10 +28,11 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 from ..agent_credentials import HEADER, terminal_of
 from ..api.raw_answers import send_json
 from ..bus import EventBus
-from ..clients.aio import CaoApi
+from ..clients.aio import CANCELLABLE, CaoApi
 from ..events import McpListed
 from ..settings import Settings
 from ..store import Store
+from .discovery_tools import DiscoveryTools
 from .tools import OrchestratorTools, ToolConfig
 from .workflow_tools import WorkflowTools
 
@@ -68,9 +69,13 @@ _LISTINGS = frozenset({"tools/list", "prompts/list", "resources/list", "resource
 
 class ShieldedASGITransport(httpx.ASGITransport):
     """The HTTP API in-process. A call is not cancelled with its caller (a CLI that gave up on a
-    handoff): a request over a socket would run on after its client went, and so does this one."""
+    handoff): a request over a socket would run on after its client went, and so does this one.
+    Except a wait that must end with its caller (CANCELLABLE: a durable handoff's result read by
+    a caller that is gone would be handed to nobody)."""
 
     async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
+        if request.headers.get(CANCELLABLE) == "1":
+            return await super().handle_async_request(request)
         call = asyncio.ensure_future(super().handle_async_request(request))
         return await asyncio.shield(call)
 
@@ -94,6 +99,7 @@ class McpEndpoint:
             home_dir=settings.home_dir,
             base_url=settings.base_url,
             request_timeout=settings.mcp_request_timeout,
+            handoff_wait=settings.handoff_wait,
         )
         self._api: CaoApi | None = None
         self._api_app = api_app
@@ -152,7 +158,7 @@ class McpEndpoint:
         # A line per request ("Terminating session: None") would drown the server log.
         logging.getLogger("mcp").setLevel(logging.WARNING)
 
-        server = build_server(self._tools, self._workflows, self._working_directory_param)
+        server = build_server(self._tools, self._workflows, self._working_directory_param, self._discovery)
         server.middleware.append(self._note_listing)
         return server
 
@@ -174,6 +180,9 @@ class McpEndpoint:
 
     def _tools(self) -> OrchestratorTools:
         return OrchestratorTools(self._config(), self._client())
+
+    def _discovery(self) -> DiscoveryTools:
+        return DiscoveryTools(self._config(), self._client())
 
     def _workflows(self) -> WorkflowTools:
         caller = CALLER.get()

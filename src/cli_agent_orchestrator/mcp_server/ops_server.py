@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+import os
 import sys
 from typing import Annotated, Any
 
@@ -16,7 +17,9 @@ from mcp.server.mcpserver import MCPServer
 from pydantic import Field
 
 from ..clients.aio import CaoApi
-from ..settings import SettingsError
+from ..memory.scopes import project_of
+from ..settings import Settings, SettingsError
+from .memory_tools import UserMemoryTools, add_ops_memory_tools
 from .ops_tools import OpsConfig, OpsTools
 from .server import add_workflow_tools
 from .tools import ToolConfig
@@ -106,9 +109,24 @@ def build_server(config: OpsConfig | None = None) -> MCPServer:
             str | None,
             Field(description="Run the agent on this registered host (`cao host list`); default: the placement policy"),
         ] = None,
+        env_vars: Annotated[
+            dict[str, str] | None,
+            Field(
+                description="Variables for the agent and every worker later started in its session "
+                "(names CAO_* are refused; kept in cao-server's memory only)"
+            ),
+        ] = None,
     ) -> dict[str, Any]:
         return await ops.launch_session(
-            agent_profile, provider, session_name, working_directory, allowed_tools, model, initial_message, host
+            agent_profile,
+            provider,
+            session_name,
+            working_directory,
+            allowed_tools,
+            model,
+            initial_message,
+            host,
+            env_vars,
         )
 
     async def send_session_message(
@@ -165,6 +183,7 @@ def build_server(config: OpsConfig | None = None) -> MCPServer:
         server.add_tool(tool, description=doc)
     workflows = WorkflowTools(workflow_config(ops.api), ops.api)
     add_workflow_tools(server, lambda: workflows, step_tools=False)
+    add_ops_memory_tools(server, UserMemoryTools(ops.api, project_of(os.getcwd(), Settings.from_env().project_id)))
     return server
 
 

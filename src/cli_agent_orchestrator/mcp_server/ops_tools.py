@@ -153,6 +153,7 @@ class OpsTools:
         model: str | None = None,
         initial_message: str | None = None,
         host: str | None = None,
+        env_vars: dict[str, str] | None = None,
     ) -> Result:
         if error := bad_profile_name(agent_profile) or bad_tool_list(allowed_tools) or bad_host(host):
             return fail(error)
@@ -174,9 +175,15 @@ class OpsTools:
             "model": model,
             "host": host,
         }
-        body = {"initial_message": initial_message} if initial_message is not None else None
+        if env_vars is not None and not (
+            isinstance(env_vars, dict) and all(isinstance(k, str) and isinstance(v, str) for k, v in env_vars.items())
+        ):
+            return fail("env_vars must map variable names to text values")
+        body: dict[str, Any] | None = {"initial_message": initial_message} if initial_message is not None else None
+        if env_vars:
+            body = {**(body or {}), "env_vars": env_vars}
         # With an initial message the server answers at once; without, when the CLI is ready.
-        timeout = self.config.request_timeout if body else self.config.launch_timeout
+        timeout = self.config.request_timeout if initial_message is not None else self.config.launch_timeout
         resp = await self.api.post("/sessions", params=params, json=body, timeout=timeout)
         if resp.timed_out:
             return fail(
@@ -190,7 +197,7 @@ class OpsTools:
         term = resp.body
         then = (
             "the initial message is delivered once the agent is ready"
-            if body
+            if initial_message is not None
             else "the agent is ready for send_session_message"
         )
         return {

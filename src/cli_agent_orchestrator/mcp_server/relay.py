@@ -85,7 +85,7 @@ class Relay:
         if status == 202 or not body:
             return  # a notification, or a response to one of the server's requests
         if kind.startswith("text/event-stream"):
-            for data in _sse_data(body):
+            for data in sse_data(body):
                 self._write_raw(data)
             return
         if status >= 400 and request_id is not None:
@@ -144,7 +144,7 @@ class Relay:
             self.stdout.flush()
 
 
-def _sse_data(body: bytes) -> list[bytes]:
+def sse_data(body: bytes) -> list[bytes]:
     """The `data` of each event of a text/event-stream body (multi-line data joined)."""
     out: list[bytes] = []
     for event in body.replace(b"\r\n", b"\n").split(b"\n\n"):

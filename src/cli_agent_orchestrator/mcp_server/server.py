@@ -16,6 +16,9 @@ from typing import Annotated, Any
 from mcp.server.mcpserver import MCPServer
 from pydantic import Field
 
+from .discovery_tools import DiscoveryTools
+from .memory_tools import MemoryTools, add_memory_tools
+from .skill_tools import SkillTools, add_skill_tools
 from .tools import OrchestratorTools
 from .workflow_tools import WorkflowTools
 
@@ -33,6 +36,18 @@ Host = Annotated[
     str | None,
     Field(description="Run the worker on this registered host (`cao host list`); default: the placement policy"),
 ]
+Wait = Annotated[
+    int | None,
+    Field(
+        description="Seconds this call waits for the worker before it answers {status: 'pending', job_id} "
+        "while the work goes on (default: cao-server's CAO_HANDOFF_WAIT_SECONDS, 600; at most `timeout`)"
+    ),
+]
+JobId = Annotated[str, Field(description="A handoff job's id (12 lowercase hex), from a `pending` handoff")]
+Description = Annotated[
+    str | None,
+    Field(description="What the worker is for, at most 1024 characters; its siblings see it (list_siblings)"),
+]
 UseWorktree = Annotated[
     bool,
     Field(
@@ -45,7 +60,10 @@ HANDOFF_DOC = """Hand a task to a new agent and wait for its answer.
 
 Starts a worker from `agent_profile` in your session, gives it `message`, waits
 until it finishes (at most `timeout` seconds, 1-3600), returns its reply in
-`output`, and removes the worker. Use it when you need the result before going on."""
+`output`, and removes the worker. Use it when you need the result before going on.
+A handoff runs as a job of cao-server: if it is still at work after `wait` seconds (default
+600), the call answers `{status: "pending", job_id}` and the work goes on; then call
+get_handoff_result(job_id) for its reply."""
 
 ASSIGN_DOC = """Start a new agent on a task without waiting for it.
 
@@ -61,6 +79,43 @@ It is delivered when the receiver is idle, in order, exactly once."""
 ANSWER_DOC = """Answer a question an agent is waiting on (its status is waiting_user_answer)."""
 
 DELETE_DOC = """Remove a terminal (its agent and its window) that is no longer needed."""
+
+GET_HANDOFF_RESULT_DOC = """The result of a handoff that answered `pending` (its `job_id`): waits up to `wait`
+seconds for it. Returns `{success, status, job_id, output, terminal_id, message}`: `completed`
+with the worker's reply (given once: a later call says `delivered`), `pending` while it still
+works (call again), or why it ended without a reply. Only the handoff's caller may read it."""
+
+CANCEL_HANDOFF_DOC = """Stop a handoff that answered `pending`: its worker is removed."""
+
+LIST_SIBLINGS_DOC = """List the other agents you work beside: their terminal id, profile, provider, status,
+description, group and metadata.
+
+With a group (yours is in the answer): the agents whose group starts with the first
+`depth` elements of yours, in your session (any session with cross_session). Without a
+group: every other agent of your session. Needs the `discovery` tool marker."""
+
+UPDATE_METADATA_DOC = """Replace your own terminal's metadata with `metadata` (a JSON object of at most
+16 KiB; null or {} clears it): the last write wins, nothing is merged. Your siblings see it
+in list_siblings. Needs the `discovery` tool marker."""
+
+
+def add_discovery_tools(server: MCPServer, discovery_for: Callable[[], DiscoveryTools]) -> None:
+    """Register list_siblings and update_metadata; `discovery_for()` gives the caller's at each call."""
+
+    async def list_siblings(
+        depth: Annotated[int, Field(description="How many leading elements of your group to match, 1-16")] = 1,
+        cross_session: Annotated[bool, Field(description="Look in every session, not only yours")] = False,
+    ) -> dict[str, Any]:
+        return await discovery_for().list_siblings(depth, cross_session)
+
+    async def update_metadata(
+        metadata: Annotated[dict[str, Any] | None, Field(description="Your new metadata, a JSON object")],
+    ) -> dict[str, Any]:
+        return await discovery_for().update_metadata(metadata)
+
+    server.add_tool(list_siblings, description=LIST_SIBLINGS_DOC)
+    server.add_tool(update_metadata, description=UPDATE_METADATA_DOC)
+
 
 # --- workflow tools: every one answers {"ok": true, ...} or {"ok": false, "error": "..."} ---
 RunId = Annotated[str, Field(description="Workflow run id: 1-64 of [A-Za-z0-9_-], e.g. run-3f2a9c1d0b4e5f67")]
@@ -200,8 +255,10 @@ def build_server(
     tools_for: Callable[[], OrchestratorTools],
     workflows_for: Callable[[], WorkflowTools],
     working_directory_param: bool,
+    discovery_for: Callable[[], DiscoveryTools] | None = None,
 ) -> MCPServer:
-    """The agent tools; `tools_for()` and `workflows_for()` give the calling agent's at each call."""
+    """The agent tools; `tools_for()`, `workflows_for()` and `discovery_for()` give the calling
+    agent's at each call (no `discovery_for`: no discovery tools)."""
     server: MCPServer = MCPServer(
         SERVER_NAME, instructions="Tools to delegate work to other cao agents and to run cao workflows."
     )
@@ -217,9 +274,11 @@ def build_server(
             engine: Engine = None,
             use_worktree: UseWorktree = False,
             host: Host = None,
+            description: Description = None,
+            wait: Wait = None,
         ) -> dict[str, Any]:
             return await tools_for().handoff(
-                agent_profile, message, timeout, working_directory, model, engine, use_worktree, host
+                agent_profile, message, timeout, working_directory, model, engine, use_worktree, host, description, wait
             )
 
         async def assign(
@@ -230,9 +289,10 @@ def build_server(
             engine: Engine = None,
             use_worktree: UseWorktree = False,
             host: Host = None,
+            description: Description = None,
         ) -> dict[str, Any]:
             return await tools_for().assign(
-                agent_profile, message, working_directory, model, engine, use_worktree, host
+                agent_profile, message, working_directory, model, engine, use_worktree, host, description
             )
     else:
 
@@ -244,8 +304,12 @@ def build_server(
             engine: Engine = None,
             use_worktree: UseWorktree = False,
             host: Host = None,
+            description: Description = None,
+            wait: Wait = None,
         ) -> dict[str, Any]:
-            return await tools_for().handoff(agent_profile, message, timeout, None, model, engine, use_worktree, host)
+            return await tools_for().handoff(
+                agent_profile, message, timeout, None, model, engine, use_worktree, host, description, wait
+            )
 
         async def assign(  # type: ignore[misc]  # the other variant: a tool schema of its own
             agent_profile: Profile,
@@ -254,8 +318,11 @@ def build_server(
             engine: Engine = None,
             use_worktree: UseWorktree = False,
             host: Host = None,
+            description: Description = None,
         ) -> dict[str, Any]:
-            return await tools_for().assign(agent_profile, message, None, model, engine, use_worktree, host)
+            return await tools_for().assign(
+                agent_profile, message, None, model, engine, use_worktree, host, description
+            )
 
     async def send_message(
         message: Annotated[str, Field(description="The message text")],
@@ -277,7 +344,23 @@ def build_server(
     server.add_tool(send_message, description=SEND_MESSAGE_DOC)
     server.add_tool(answer_user_prompt, description=ANSWER_DOC)
     server.add_tool(delete_terminal, description=DELETE_DOC)
+
+    async def get_handoff_result(
+        job_id: JobId,
+        wait: Annotated[int, Field(description="Seconds to wait for the result, 0-3600")] = 30,
+    ) -> dict[str, Any]:
+        return await tools_for().get_handoff_result(job_id, wait)
+
+    async def cancel_handoff(job_id: JobId) -> dict[str, Any]:
+        return await tools_for().cancel_handoff(job_id)
+
+    server.add_tool(get_handoff_result, description=GET_HANDOFF_RESULT_DOC)
+    server.add_tool(cancel_handoff, description=CANCEL_HANDOFF_DOC)
     add_workflow_tools(server, workflows_for)
+    add_memory_tools(server, lambda: MemoryTools((tools := tools_for()).config, tools.api))  # issue 29
+    add_skill_tools(server, lambda: SkillTools((tools := tools_for()).config, tools.api))  # issue 29
+    if discovery_for is not None:
+        add_discovery_tools(server, discovery_for)
     return server
 
 

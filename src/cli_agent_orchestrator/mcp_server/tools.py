@@ -15,9 +15,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ..clients.aio import ApiResponse, CaoApi, describe_detail
+from ..clients.aio import CANCELLABLE, ApiResponse, CaoApi, describe_detail
 from ..models import TERMINAL_ID_RE
 from ..settings import Settings
+from .job_tools import HandoffJobTools, job_wait, pending
 
 Result = dict[str, Any]
 
@@ -42,6 +43,7 @@ class ToolConfig:
     home_dir: Path
     base_url: str
     request_timeout: float
+    handoff_wait: float = 600.0  # CAO_HANDOFF_WAIT_SECONDS: a handoff call's wait before `pending`
 
     @classmethod
     def from_env(cls) -> ToolConfig:
@@ -54,6 +56,7 @@ class ToolConfig:
             home_dir=settings.home_dir,
             base_url=settings.base_url,
             request_timeout=settings.mcp_request_timeout,
+            handoff_wait=settings.handoff_wait,
         )
 
 
@@ -105,7 +108,7 @@ def engine_sentence(engine: str | None, answer: dict) -> str:
     return f" Note: engine {engine} was ignored: {answer.get('provider') or 'this provider'} has no engines."
 
 
-class OrchestratorTools:
+class OrchestratorTools(HandoffJobTools):
     def __init__(self, config: ToolConfig, api: CaoApi | None = None):
         self.config = config
         self.api = api or CaoApi(config.base_url, config.request_timeout)
@@ -147,9 +150,14 @@ class OrchestratorTools:
         engine: str | None = None,
         use_worktree: bool = False,
         host: str | None = None,
+        description: str | None = None,
+        wait: int | None = None,
     ) -> Result:
         def fail(text: str, terminal_id: str | None = None) -> Result:
             return {"success": False, "message": text, "output": None, "terminal_id": terminal_id}
+
+        if wait is not None and (isinstance(wait, bool) or not isinstance(wait, int) or not 0 <= wait <= 3600):
+            return fail(f"Handoff failed: wait must be between 0 and 3600 seconds, got {wait!r}")
 
         if (
             isinstance(timeout, bool)
@@ -187,9 +195,17 @@ class OrchestratorTools:
             "engine": engine,
             "use_worktree": use_worktree,
             "host": host,
+            "description": description,
+            # A job of cao-server: after `wait` this call answers `pending` and the work goes on. A
+            # wait as long as the timeout waits for the whole job (its start-up and teardown too).
+            "wait": job_wait(timeout, self.config.handoff_wait if wait is None else wait),
         }
         started = time.monotonic()
-        resp = await self.api.post("/terminals/run-step", json=body, timeout=timeout + HANDOFF_HTTP_MARGIN)
+        resp = await self.api.post(
+            "/terminals/run-step", json=body, timeout=timeout + HANDOFF_HTTP_MARGIN, headers={CANCELLABLE: "1"}
+        )
+        if resp.status == 202 and isinstance(resp.body, dict):
+            return pending(resp.body, agent_profile)
         if resp.ok and isinstance(resp.body, dict):
             elapsed = resp.body.get("elapsed")
             seconds = float(elapsed) if isinstance(elapsed, (int, float)) else time.monotonic() - started
@@ -202,6 +218,8 @@ class OrchestratorTools:
                 f"{on_branch}{engine_sentence(engine, resp.body)}{note}",
                 "output": resp.body.get("last_message"),
                 "terminal_id": resp.body.get("terminal_id"),
+                "status": "completed",
+                "job_id": resp.body.get("job_id"),
             }
             if branch is not None:
                 result["branch"] = branch
@@ -232,6 +250,7 @@ class OrchestratorTools:
         engine: str | None = None,
         use_worktree: bool = False,
         host: str | None = None,
+        description: str | None = None,
     ) -> Result:
         def fail(text: str) -> Result:
             return {"success": False, "terminal_id": None, "message": f"Assignment failed: {text}"}
@@ -268,7 +287,7 @@ class OrchestratorTools:
         resp = await self.api.post(
             f"/sessions/{session}/terminals",
             params=params,
-            json={"initial_message": task, "initial_message_orchestration_type": "assign"},
+            json={"initial_message": task, "initial_message_orchestration_type": "assign", "description": description},
         )
         if not (resp.ok and isinstance(resp.body, dict)):
             return fail(resp.error or "unexpected answer from cao-server")

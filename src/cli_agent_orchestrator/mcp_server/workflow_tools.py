@@ -93,18 +93,6 @@ def check_decisions(decisions: Any) -> str | None:
     return None
 
 
-def missing_required(output: dict, schema: Any) -> tuple[list[str], str | None]:
-    """A minimal schema check: the keys `required` names must be present."""
-    if schema is None:
-        return [], None
-    if not isinstance(schema, dict):
-        return [], "output_schema must be a JSON Schema object"
-    required = schema.get("required") or []
-    if not isinstance(required, list) or not all(isinstance(k, str) for k in required):
-        return [], "output_schema.required must be a list of key names"
-    return [f"missing required key {k!r}" for k in required if k not in output], None
-
-
 class WorkflowTools:
     def __init__(self, config: ToolConfig, api: CaoApi | None = None, env: Mapping[str, str] | None = None):
         self.config = config
@@ -293,17 +281,19 @@ class WorkflowTools:
             return fail(error)
         if not isinstance(output, dict):
             return fail("output must be an object")
-        errors, error = missing_required(output, output_schema)
-        if error:
-            return fail(error)
+        if output_schema is not None and not isinstance(output_schema, dict):
+            return fail("output_schema must be a JSON Schema object")
+        # Checked by cao-server, with the same validator as a YAML step's output_schema.
         body: dict[str, Any] = {"output": output}
+        if output_schema is not None:
+            body["output_schema"] = output_schema
         generation = (self.env.get("CAO_WORKFLOW_GENERATION") or "").strip()
         if generation:  # lets the server refuse an agent left over from an older drive
             body["generation"] = generation
         resp = await self.api.post(f"/workflows/runs/{run_id}/steps/{step_id}/output", json=body)
         if not (resp.ok and isinstance(resp.body, dict)):
             return http_failure(resp)
-        errors += [str(e) for e in resp.body.get("errors") or []]
+        errors = [str(e) for e in resp.body.get("errors") or []]
         return {"ok": True, "validated": bool(resp.body.get("validated", True)) and not errors, "errors": errors}
 
 

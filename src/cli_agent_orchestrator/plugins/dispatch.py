@@ -34,6 +34,8 @@ from ..events import (
     InboxDelivered,
     InboxFailed,
     InboxQueued,
+    MemoryForgotten,
+    MemoryStored,
     SessionCreated,
     SessionKilled,
     StatusChanged,
@@ -41,6 +43,7 @@ from ..events import (
     TerminalSpawned,
     WorkflowEvent,
 )
+from ..events.base import public_fields
 from .manager import Plugins
 
 log = logging.getLogger(__name__)
@@ -77,7 +80,12 @@ def describe(event: Event) -> Described | None:
             }
             return "post_status_change", "terminal.status", args
         case InboxQueued():
-            return "post_send_message", "inbox.queued", _args(event, "message_id", "sender_id", "receiver_id")
+            # `message`: the text, as a hook argument only (a plugin that names it gets it).
+            return (
+                "post_send_message",
+                "inbox.queued",
+                _args(event, "message_id", "sender_id", "receiver_id", "message"),
+            )
         case InboxDelivered() | InboxFailed():
             args = {
                 **_args(event, "message_id", "sender_id", "receiver_id"),
@@ -95,6 +103,10 @@ def describe(event: Event) -> Described | None:
         case FlowRunStarted() | FlowRunFinished():
             phase = "started" if isinstance(event, FlowRunStarted) else "finished"
             return "post_flow_run", f"flow.run.{phase}", {"phase": phase, **_args(event, "flow_name", "run_id")}
+        case MemoryStored():
+            return "post_memory_stored", "memory.stored", _args(event, "key", "scope", "memory_type", "created")
+        case MemoryForgotten():
+            return "post_memory_forgotten", "memory.forgotten", _args(event, "key", "scope")
         case WorkflowEvent():
             kind = f"workflow.{event.journal_type}"
             if event.journal_type.startswith("run."):
@@ -257,7 +269,7 @@ class PluginDispatcher:
             "topic": event.topic,
             "at": datetime.now(UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z"),
             "actor": actor_of(event, noted),
-            "data": {f.name: getattr(event, f.name) for f in dataclasses.fields(event)},
+            "data": public_fields(event),
         }
         payload = json.dumps(doc, default=_jsonable)
         for worker in self.workers:

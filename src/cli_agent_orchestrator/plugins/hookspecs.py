@@ -45,8 +45,11 @@ class CaoHooks:
         """A terminal's status changed (`terminal.status`)."""
 
     @hookspec
-    def post_send_message(self, event: Event, message_id: int, sender_id: str, receiver_id: str) -> None:
-        """A message was stored in a terminal's inbox, before delivery (`inbox.queued`)."""
+    def post_send_message(self, event: Event, message_id: int, sender_id: str, receiver_id: str, message: str) -> None:
+        """A message was stored in a terminal's inbox, before delivery (`inbox.queued`);
+        `message` is its text, given to this hook alone (not in `event["data"]`, so neither
+        `post_event` nor the audit log or webhook sees it). An implementation that does not
+        name `message` is called as before."""
 
     @hookspec
     def post_inbox_delivery(
@@ -81,6 +84,16 @@ class CaoHooks:
     def post_flow_run(self, event: Event, flow_name: str, run_id: int, phase: str) -> None:
         """A scheduled flow's run "started" (`flow.run.started`) or "finished" with its final
         state in `event["data"]["state"]` (`flow.run.finished`)."""
+
+    @hookspec
+    def post_memory_stored(self, event: Event, key: str, scope: str, memory_type: str, created: bool) -> None:
+        """A memory was created (`created`) or got a new dated entry (`memory.stored`); who wrote
+        it is `event["data"]["terminal_id"]` (null: the user). The text is not passed: read it
+        with `cao memory show`."""
+
+    @hookspec
+    def post_memory_forgotten(self, event: Event, key: str, scope: str) -> None:
+        """A memory was deleted (`memory.forgotten`)."""
 
     @hookspec
     def post_event(self, event: Event) -> None:

@@ -35,6 +35,7 @@ class AgentProfile:
     mcp_servers: dict = field(default_factory=dict)
     allowed_tools: list[str] | None = None
     host: str | None = None  # where agents of this profile run (a registered host, or "local")
+    skills: list[str] | None = None  # the skills its agents see (skills/catalogue.py); None: all
     system_prompt: str = ""
     frontmatter: dict = field(default_factory=dict)  # everything, for provider-specific keys
     source: str = "built-in"
@@ -75,6 +76,9 @@ def parse_profile(text: str, fallback_name: str, source: str, env: dict[str, str
     host = meta.get("host")
     if host is not None and not isinstance(host, str):
         raise InvalidInput(f"profile {fallback_name!r}: host must be a host's name (a string)")
+    skills = meta.get("skills")
+    if skills is not None and not (isinstance(skills, list) and all(isinstance(s, str) for s in skills)):
+        raise InvalidInput(f"profile {fallback_name!r}: skills must be a list of skill names")
     return AgentProfile(
         name=str(meta.get("name") or fallback_name),
         description=str(meta.get("description") or ""),
@@ -84,6 +88,7 @@ def parse_profile(text: str, fallback_name: str, source: str, env: dict[str, str
         mcp_servers=servers,
         allowed_tools=tools,
         host=host,
+        skills=skills,
         system_prompt=body.strip(),
         frontmatter=meta,
         source=source,

@@ -29,6 +29,17 @@ def gives_cao_tools(tools: Sequence[str] | None, yolo: bool) -> bool:
     return any(t in (UNRESTRICTED, server) or t.startswith(server + "/") for t in tools)
 
 
+def needs_cao_tools(role: object, explicit_tools: Sequence[str] | None) -> str | None:
+    """Why an agent of this profile cannot do without cao's tools, or None: a supervisor hands
+    work out with them, and a set that names them asks for them. (Every role's defaults include
+    them, so a worker without them still works: it only cannot report back by itself.)"""
+    if role == "supervisor":
+        return "is a supervisor"
+    server = f"@{CAO_SERVER}"
+    named = [t for t in explicit_tools or () if t == server or t.startswith(server + "/")]
+    return f"names {named[0]} in its tools" if named else None
+
+
 def roles(home: Path) -> dict[str, tuple[str, ...]]:
     """The built-in roles plus the user's (`roles` in `<home>/settings.json`, which may override)."""
     out = dict(ROLE_DEFAULTS)

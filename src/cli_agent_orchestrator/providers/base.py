@@ -7,6 +7,7 @@ service layer and works the same for every CLI.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -44,6 +45,10 @@ class StatusReading:
     definite: bool = False
 
 
+# A conversation id a CLI prints for resuming (UUIDs, names): never an option or a shell word.
+RESUME_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._:-]{0,127}")
+
+
 @dataclass(frozen=True)
 class LaunchContext:
     terminal_id: str
@@ -74,6 +79,9 @@ class LaunchContext:
     # launch must be a name the host's own PATH resolves, never a path of this machine (the
     # host may be another user, or another box).
     on_host: bool = False
+    # Resume this conversation of the CLI's own (`cao launch --resume-session-id`), checked
+    # (RESUME_ID); only for a provider with `resumes`.
+    resume_session_id: str | None = None
 
 
 @dataclass(frozen=True)
@@ -184,6 +192,8 @@ class Provider:
     # (one installed beside cao, like the mock agent): what `cao host check` looks for on the
     # host's PATH, and what build_launch runs when `ctx.on_host`. None: `binary` is that name.
     host_binary: str | None = None
+    # build_launch resumes `ctx.resume_session_id`, a conversation the CLI recorded (its own id).
+    resumes: bool = False
 
     @property
     def command_on_host(self) -> str:

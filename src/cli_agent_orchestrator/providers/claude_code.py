@@ -114,10 +114,13 @@ def build_launch(ctx: LaunchContext) -> Launch:
         "--mcp-config",
         _write(tdir / "mcp.json", json.dumps(mcp_config(ctx), indent=1)),
         "--strict-mcp-config",
-        # A fresh id per terminal; the transcript lands in ~/.claude/projects/<cwd>/<id>.jsonl.
-        "--session-id",
-        str(uuid.uuid4()),
     ]
+    # The transcript lands in ~/.claude/projects/<cwd>/<id>.jsonl: a fresh id per terminal, or the
+    # resumed conversation's own (Claude refuses --session-id with --resume unless it forks).
+    if ctx.resume_session_id:
+        argv += ["--resume", ctx.resume_session_id]
+    else:
+        argv += ["--session-id", str(uuid.uuid4())]
     if ctx.system_prompt:
         argv += ["--append-system-prompt-file", _write(tdir / "system_prompt.md", ctx.system_prompt)]
     if ctx.model:
@@ -320,6 +323,7 @@ def extract_reply(history_lines: list[str]) -> str | None:
 
 PROVIDER = Provider(
     name="claude_code",
+    resumes=True,  # --resume-session-id
     binary="claude",
     build_launch=build_launch,
     read_status=read_status,

@@ -175,6 +175,9 @@ def build_launch(ctx: LaunchContext) -> Launch:
         argv += ["-m", ctx.model]
     for key, value in overrides(ctx):
         argv += ["-c", f"{key}={toml(value)}"]
+    if ctx.resume_session_id:  # the subcommand takes the same options, then the session's id
+        argv[1:1] = ["resume"]
+        argv.append(ctx.resume_session_id)
     script = terminal_dir(ctx) / "codex-launch.sh"
     fd = os.open(script, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o700)
     with os.fdopen(fd, "w", encoding="utf-8") as fh:
@@ -350,6 +353,7 @@ def _is_tool_block(block: list[str]) -> bool:
 
 PROVIDER = Provider(
     name="codex",
+    resumes=True,  # --resume-session-id
     binary="codex",
     build_launch=build_launch,
     read_status=read_status,

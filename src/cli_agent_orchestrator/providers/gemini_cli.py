@@ -141,6 +141,8 @@ def build_launch(ctx: LaunchContext) -> Launch:
     argv = ["gemini", "-m", ctx.model or DEFAULT_MODEL, "--approval-mode", "yolo" if yolo else "default"]
     if tools and not yolo and not tool_names.keeps_prompts(ctx.profile_extra):  # the set runs without asking
         argv += ["--policy", str(_policy_file(own, tools))]
+    if ctx.resume_session_id:
+        argv += ["--resume", ctx.resume_session_id]
     # NO_RELAUNCH: one node process instead of a parent that re-spawns itself with more heap.
     # TRUST_WORKSPACE: no trust screen even where an admin setting turns folder trust back on.
     # CI=0: Gemini treats a set CI variable as "not interactive" and exits at once asking
@@ -275,6 +277,7 @@ def extract_reply(history_lines: list[str]) -> str | None:
 
 PROVIDER = Provider(
     name="gemini_cli",
+    resumes=True,  # --resume-session-id
     binary="gemini",
     build_launch=build_launch,
     read_status=read_status,
@@ -288,6 +291,11 @@ PROVIDER = Provider(
     status_from_title=status_from_title,
     dialog_keys=dialog_keys,
     mcp="http",  # cao's endpoint itself (_node_settings.mcp_servers)
+    # Gemini 0.61 lists a server's prompts, tools, then resources, and registers the tools only
+    # once all three have answered (McpClient.discoverInto): a message sent between tools/list and
+    # resources/list went to the model without cao's tools (seen under load: the first handoff of a
+    # supervisor never offered).
+    mcp_ready_after=("prompts/list", "tools/list", "resources/list"),
     # Gemini 0.61 turns an Enter into a newline for 40 ms after it has *read* a paste (without the
     # kitty keyboard protocol, which tmux does not offer, a paste is "unsafe": InputPrompt sets
     # recentUnsafePasteTime and clears it with a 40 ms timer; KeypressContext's bufferFastReturn

@@ -88,6 +88,8 @@ def build_launch(ctx: LaunchContext) -> Launch:
     allowed = tool_names.names("qwen_cli", [t for t in tools if not tool_names.servers([t])])
     if allowed and not yolo and not tool_names.keeps_prompts(ctx.profile_extra):  # the set runs without asking
         argv += ["--allowed-tools", *allowed]
+    if ctx.resume_session_id:
+        argv += ["--resume", ctx.resume_session_id]
     env = {
         "QWEN_CODE_SYSTEM_SETTINGS_PATH": str(ours),
         # The defaults file is looked up beside the system file: keep the admin's in force.
@@ -181,6 +183,7 @@ def extract_reply(history_lines: list[str]) -> str | None:
 
 PROVIDER = Provider(
     name="qwen_cli",
+    resumes=True,  # --resume-session-id
     binary="qwen",
     build_launch=build_launch,
     read_status=read_status,

@@ -38,6 +38,17 @@ PROVIDER_MODULES: dict[str, str] = {
     "qwen_cli": "qwen_cli",
     "opencode_cli": "opencode_cli",
     "kiro_cli": "kiro_cli",
+    "copilot_cli": "copilot_cli",
+    "hermes": "hermes",
+    "omp": "omp",
+    "grok_cli": "grok_cli",
+    "aider": "aider",
+}
+
+# Names users of other orchestrators know, refused with the reason (docs/providers.md).
+UNSUPPORTED: dict[str, str] = {
+    "kimi_cli": "kimi-cli cannot run with cao's Python 3.11: every release needs Python 3.12 or later, "
+    "and its last one (1.52.0) only prints a notice pointing to its successor, which is not on PyPI or npm",
 }
 
 _lock = threading.RLock()  # RLock: a plugin module may look providers up while it loads
@@ -121,4 +132,6 @@ def get_provider(name: str) -> Provider:
         if isinstance(found, Provider):
             return found
         raise InvalidInput(f"{found.reason}; available: {', '.join(provider_names())}")
+    if name in UNSUPPORTED:
+        raise InvalidInput(f"provider {name!r} is not supported: {UNSUPPORTED[name]}")
     raise InvalidInput(f"unknown provider {name!r}; available: {', '.join(provider_names())}")

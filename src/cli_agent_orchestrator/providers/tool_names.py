@@ -21,7 +21,7 @@ from collections.abc import Iterable, Mapping
 from ..errors import InvalidInput
 
 CAO_SERVER = "cao-mcp-server"
-PROVIDERS = ("claude_code", "codex", "gemini_cli", "qwen_cli", "opencode_cli", "kiro_cli")
+PROVIDERS: tuple[str, ...] = ("claude_code", "codex", "gemini_cli", "qwen_cli", "opencode_cli", "kiro_cli")
 MCP = "@<mcp server>"  # the table row for `@name` (or `@name/tool`): `{server}`, `{tool}` in its cells
 UNRESTRICTED = "*"
 MARKERS = frozenset({"discovery"})  # accepted, carry no tool
@@ -102,6 +102,67 @@ TABLE: dict[str, dict[str, tuple[str, ...] | None]] = {
         "kiro_cli": ("@{server}",),
     },
 }
+# The columns of the CLIs added after the first six, one block per CLI (the same entries as a row
+# of TABLE has: every entry of TABLE, each cell the CLI's own names or None); merged into TABLE
+# below, so the rest of this module and its readers see one table.
+LATER_COLUMNS: dict[str, dict[str, tuple[str, ...] | None]] = {
+    "copilot_cli": {
+        "execute_bash": ("bash", "read_bash", "write_bash", "stop_bash", "list_bash"),
+        "fs_read": ("view", "grep"),
+        "fs_list": ("glob",),
+        "fs_write": ("create", "edit"),
+        "fs_*": ("view", "grep", "glob", "create", "edit"),
+        "web_fetch": ("web_fetch",),
+        "@builtin": ("task", "skill", "read_agent", "list_agents", "write_agent", "sql"),
+        MCP: ("{server}",),  # a server outside the set is not configured; --allow-tool=<server> for cao's
+    },
+    "hermes": {  # Hermes toolsets (`-t`), not single tools: `file` reads and writes alike
+        "execute_bash": ("terminal", "code_execution"),  # execute_code runs Python: a shell by another name
+        "fs_read": ("file",),
+        "fs_list": ("file",),
+        "fs_write": ("file",),
+        "fs_*": ("file",),
+        "web_fetch": ("web", "browser"),
+        "@builtin": ("todo", "memory", "skills", "clarify", "session_search"),
+        MCP: ("mcp-{server}",),  # each MCP server is a toolset of its own
+    },
+    "omp": {  # refused by cao's extension in omp (tool_call → block); `--tools` when no MCP server is named
+        "execute_bash": ("bash", "eval"),  # eval runs Python/JS cells: a shell by another name
+        "fs_read": ("read", "grep"),
+        "fs_list": ("glob",),
+        "fs_write": ("edit", "write", "ast_edit"),
+        "fs_*": ("read", "grep", "glob", "edit", "write", "ast_edit"),
+        "web_fetch": ("web_search",),
+        "@builtin": ("task", "todo", "ask", "lsp", "goal", "update_notes"),
+        MCP: ("mcp__{server}_*",),  # omp's own names: mcp__<server, lowercased, _ for the rest>_<tool>
+    },
+    "grok_cli": {  # Grok has no web tool; search = grep/find over the tree
+        "execute_bash": ("bash",),
+        "fs_read": ("view_file", "search"),
+        "fs_list": ("view_file", "search"),
+        "fs_write": ("create_file", "str_replace_editor", "edit_file"),
+        "fs_*": ("view_file", "search", "create_file", "str_replace_editor", "edit_file"),
+        "web_fetch": None,
+        "@builtin": ("create_todo_list", "update_todo_list"),
+        MCP: ("mcp__{server}{tool}",),
+    },
+    # aider's model has no tools: it edits files and suggests shell commands in its reply; those two
+    # switch off (--dry-run, --no-suggest-shell-commands), what aider reads is the user's choice.
+    "aider": {
+        "execute_bash": ("shell-commands",),
+        "fs_read": None,
+        "fs_list": None,
+        "fs_write": ("file-edits",),
+        "fs_*": ("file-edits",),
+        "web_fetch": None,
+        "@builtin": None,
+        MCP: None,
+    },
+}
+for _provider, _column in LATER_COLUMNS.items():
+    for _entry, _row in TABLE.items():
+        _row[_provider] = _column[_entry]
+PROVIDERS = PROVIDERS + tuple(LATER_COLUMNS)
 # The builtin names each CLI knows (every row but MCP's): what is outside a set is refused from these.
 BUILTINS: dict[str, tuple[str, ...]] = {
     p: tuple(dict.fromkeys(name for entry, row in TABLE.items() if entry != MCP for name in row[p] or ()))
@@ -115,6 +176,11 @@ ENFORCEMENT = {
     "qwen_cli": "hard",  # excludeTools + mcp.excluded; --allowed-tools for the set
     "opencode_cli": "hard",  # permission "*": deny, the set allowed
     "kiro_cli": "hard",  # the agent JSON `cao install` writes: Kiro offers only its `tools` (kiro_agent)
+    "copilot_cli": "hard",  # --excluded-tools for builtins outside the set; only the set's MCP servers
+    "hermes": "partial",  # toolsets outside the set are not offered; reading files allows writing them
+    "omp": "hard",  # cao's extension blocks every call outside the set (MCP too); --tools hides builtins
+    "grok_cli": "hard",  # cao's start-up shim: tools outside the set not offered, and refused if called
+    "aider": "partial",  # edits (--dry-run) and shell commands off; no per-tool choice, no MCP
 }
 
 

@@ -10,6 +10,7 @@ Workflow steps are not recorded: the workflow journal recovers their workers.
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 
 from ..actor import acting_as
@@ -51,11 +52,19 @@ class HandoffJobs:
     # A `job_id` of None is a step that is not recorded (its worker is kept, or the workflow
     # journal owns it): each method then does nothing, so the step's code has one path.
     async def open(
-        self, job_id: str | None, caller_id: str | None, terminal_id: str, agent: str, timeout: float
+        self,
+        job_id: str | None,
+        caller_id: str | None,
+        terminal_id: str,
+        agent: str,
+        timeout: float,
+        durable: bool = False,
     ) -> None:
         """Before the worker is created: from here on a crash cannot leave it unaccounted for."""
         if job_id is not None:
-            record = HandoffRecord(job_id, caller_id, terminal_id, agent, HandoffState.WAITING, deadline_in(timeout))
+            record = HandoffRecord(
+                job_id, caller_id, terminal_id, agent, HandoffState.WAITING, deadline_in(timeout), durable=durable
+            )
             await self.store.run(self.tables.open_handoff, record)
 
     async def asking(self, job_id: str | None, grace_seconds: float) -> None:
@@ -69,15 +78,29 @@ class HandoffJobs:
             state = HandoffState.COMPLETED if error is None else HandoffState.FAILED
             await self.store.run(self.tables.close, job_id, state, error)
 
-    async def tear_down_orphans(self) -> list[str]:
-        """At start-up, after adoption: tear down the worker of every handoff still open (its
-        answer had nowhere to go any more). Returns the ids of the handoffs it closed."""
+    async def tear_down_orphans(self, adopt: Callable[[HandoffRecord], None] | None = None) -> list[str]:
+        """At start-up, after adoption: a handoff still waiting for a worker that survived is
+        given to `adopt`; the worker of every other open handoff is torn down (its answer had
+        nowhere to go any more). Returns the ids of the handoffs it closed."""
         closed = []
         for record in await self.store.run(self.tables.list_open):
+            survived = record.state == HandoffState.WAITING and await self._alive(record.terminal_id)
+            if adopt is not None and record.durable and survived:
+                adopt(record)
+                continue
             with acting_as(record.caller_id):  # credited to the caller, like the handoff's own teardown
                 if await self._tear_down(record):
                     closed.append(record.job_id)
         return closed
+
+    async def _alive(self, terminal_id: str | None) -> bool:
+        if terminal_id is None:
+            return False
+        try:
+            await self.terminals.get(terminal_id)
+        except CaoError:
+            return False
+        return True
 
     async def _tear_down(self, record: HandoffRecord) -> bool:
         reason = LOST_WITH_THE_SERVER[record.state]

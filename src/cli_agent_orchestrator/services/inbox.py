@@ -101,7 +101,7 @@ class InboxService:
         if term is None or term.gone:
             raise NotFound(f"receiver terminal {receiver_id} not found")
         msg = await self.store.run(self.store.add_message, sender_id, receiver_id, message)
-        self.bus.publish(InboxQueued(msg.id, receiver_id, sender_id))
+        self.bus.publish(InboxQueued(msg.id, receiver_id, sender_id, message))
         self.tasks.spawn(self.deliver_pending(receiver_id), f"deliver:{receiver_id}")
         return msg
 
@@ -227,7 +227,7 @@ class InboxService:
                         f"{msg.error}. Its text began: {msg.message[:200]!r}"
                     )
                     notice = await self.store.run(self.store.add_message, SYSTEM_SENDER, msg.sender_id, note)
-                    self.bus.publish(InboxQueued(notice.id, msg.sender_id, SYSTEM_SENDER))
+                    self.bus.publish(InboxQueued(notice.id, msg.sender_id, SYSTEM_SENDER, note))
                     self.tasks.spawn(self.deliver_pending(msg.sender_id), f"deliver:{msg.sender_id}")
 
     # --- crash recovery and safety net --------------------------------------------

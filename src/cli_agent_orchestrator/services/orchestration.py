@@ -22,7 +22,9 @@ from ..actor import acting_as
 from ..bus import EventBus
 from ..errors import CaoError, InvalidInput, WaitTimeout, WorkerAsks, WorkerError
 from ..events import AssignFinished, AssignStarted, HandoffFinished, HandoffStarted
-from ..models import OrchestrationType, TerminalStatus, Worktree
+from ..models import OrchestrationType, Terminal, TerminalStatus, Worktree
+from ..providers.registry import get_provider
+from ..store.handoffs import HandoffRecord
 from .handoffs import HandoffJobs
 from .inbox import SYSTEM_SENDER, InboxService
 from .status.monitor import StatusMonitor
@@ -32,6 +34,7 @@ from .waiting import TerminalVanished, turn_finished, wait_for
 from .worker_questions import QuestionWatch, how_to_answer, question_on_screen
 
 log = logging.getLogger(__name__)
+FORWARD_WAIT_S = 24 * 3600.0  # how long a worker without MCP may work on an assigned task
 
 
 @dataclass
@@ -51,11 +54,14 @@ class StepRequest:
     use_worktree: bool = False  # the worker gets its own git worktree on a new branch
     engine: str | None = None  # Kiro CLI's agent engine (ignored for other CLIs)
     host: str | None = None  # a registered host's name, "local", or None (the placement policy)
+    description: str | None = None  # the worker's description (services/terminals/labels.py)
     # Told the worker's id as soon as it exists (the workflow journal records it).
     on_terminal: Callable[[str], Awaitable[None]] | None = None
     # A workflow step: after a crash the workflow journal recovers its worker (workflows.recover()),
     # so it gets no handoff record. One owner for each worker's fate.
     journaled: bool = False
+    # The handoff's id, chosen by its caller (a durable handoff names its job before it starts).
+    job_id: str | None = None
 
 
 @dataclass
@@ -79,6 +85,7 @@ class OrchestrationService:
         questions: QuestionWatch,
         jobs: HandoffJobs,
         spawn: Callable[[Coroutine[Any, Any, Any], str], object],
+        memory_block: Callable[[Terminal | None, str], Awaitable[str]] | None = None,
     ):
         self.bus = bus
         self.monitor = monitor
@@ -87,11 +94,17 @@ class OrchestrationService:
         self.questions = questions
         self.jobs = jobs
         self.spawn = spawn  # background work that outlives the request (the task group's)
+        # Memory (issue 29): a new agent's first task, with its `<cao-memory>` block in front.
+        self.memory_block = memory_block
+
+    async def first_task(self, term: Terminal | None, task: str) -> str:
+        """The first message a new agent gets: `task`, after its memory block if it has one."""
+        return await self.memory_block(term, task) if self.memory_block is not None else task
 
     async def run_step(self, req: StepRequest) -> StepResult:
         """One agent step, bracketed by HandoffStarted and HandoffFinished on the bus; what
         it causes (its worker's creation and removal) is credited to its caller."""
-        handoff_id = uuid.uuid4().hex[:12]
+        handoff_id = req.job_id or uuid.uuid4().hex[:12]
         terminal_id: str | None = None
         ok, error = False, "cancelled"
         with acting_as(req.caller_id):
@@ -106,10 +119,11 @@ class OrchestrationService:
             finally:
                 self.bus.publish(HandoffFinished(handoff_id, req.agent, req.caller_id, terminal_id, ok, error))
 
-    async def recover(self) -> list[str]:
-        """After a restart, once surviving terminals are adopted: the worker of every handoff
-        whose answer no caller can receive any more is torn down (handoffs.py)."""
-        return await self.jobs.tear_down_orphans()
+    async def recover(self, adopt: Callable[[HandoffRecord], None] | None = None) -> list[str]:
+        """After a restart, once surviving terminals are adopted: a handoff whose worker still
+        runs is given to `adopt` (its result is still delivered: handoff_results.py); the worker
+        of every other handoff whose answer no caller can receive any more is torn down."""
+        return await self.jobs.tear_down_orphans(adopt)
 
     async def _run_step(self, req: StepRequest, handoff_id: str) -> StepResult:
         if not req.prompt:
@@ -131,7 +145,7 @@ class OrchestrationService:
         terminal_id = new_terminal_id()
         # A worker created for this call and torn down after it; None: no record (kept, or journaled).
         job = handoff_id if req.teardown and not req.journaled else None
-        await self.jobs.open(job, req.caller_id, terminal_id, req.agent, req.timeout)
+        await self.jobs.open(job, req.caller_id, terminal_id, req.agent, req.timeout, durable=req.job_id is not None)
         try:
             term = await self.terminals.create(
                 CreateRequest(
@@ -149,6 +163,7 @@ class OrchestrationService:
                     engine=req.engine,
                     host=req.host,
                     terminal_id=terminal_id,
+                    description=req.description,
                 )
             )
         except CaoError as exc:  # a worker that cannot start is removed by create itself
@@ -159,7 +174,7 @@ class OrchestrationService:
             if req.on_terminal:
                 await req.on_terminal(term.id)
             remaining = max(0.1, req.timeout - (time.monotonic() - started))
-            reply = await self.run_turn(term.id, req.prompt, remaining)
+            reply = await self.run_turn(term.id, await self.first_task(term, req.prompt), remaining)
         except WorkerAsks:
             if not keep:  # kept for its caller to answer; removed after the grace period
                 self.spawn(self._linger(job, term.id, req.caller_id, req.agent), f"linger:{term.id}")
@@ -228,13 +243,17 @@ class OrchestrationService:
         agent = term.agent_profile if term else ""
         if assign:
             self.bus.publish(AssignStarted(terminal_id, caller, agent))
+        # The memory block (issue 29) is made while the agent starts, not after.
+        first = asyncio.ensure_future(self.first_task(term, message))
         try:
             await self.terminals.wait_until_ready(terminal_id)
             if caller and term is not None:  # a question the worker stops at reaches its caller
                 self.spawn(self.questions.follow(terminal_id, caller, term.agent_profile), f"questions:{terminal_id}")
-            await self.terminals.send_input(terminal_id, message)
+            turn = await self.terminals.send_input(terminal_id, await first)
             if assign:
                 self.bus.publish(AssignFinished(terminal_id, caller, agent, True))
+            if assign and caller and term is not None and get_provider(term.provider).mcp == "none":
+                self.spawn(self._forward_reply(terminal_id, caller, turn), f"forward:{terminal_id}")
         except CaoError as exc:
             if assign:
                 self.bus.publish(AssignFinished(terminal_id, caller, agent, False, str(exc)))
@@ -245,3 +264,28 @@ class OrchestrationService:
                     await self.inbox.post(caller, SYSTEM_SENDER, note)
                 except CaoError:
                     log.warning("could not tell caller %s about %s", caller, terminal_id)
+        finally:
+            first.cancel()  # a no-op once it was typed; never left running when the agent did not start
+
+    async def _forward_reply(self, terminal_id: str, caller: str, turn: int) -> None:
+        """An assigned worker whose CLI has no MCP cannot `send_message` its result: once its task's
+        turn has ended (after any question it stopped at was answered), cao posts its reply to the
+        caller's inbox in its name, as the worker would have."""
+
+        def ended(status: TerminalStatus, current: int, settled: bool) -> bool:
+            return current >= turn and settled and status in (TerminalStatus.COMPLETED, TerminalStatus.ERROR)
+
+        try:
+            status = await wait_for(self.bus, self.monitor, terminal_id, ended, FORWARD_WAIT_S)
+            if status == TerminalStatus.COMPLETED:
+                text = await self.terminals.output(terminal_id, "last")
+            elif status == TerminalStatus.ERROR:
+                view = self.monitor.view(terminal_id)
+                text = f"[cao] The worker ended its task in error: {view.reason if view else 'unknown'}"
+            else:
+                return  # still busy after FORWARD_WAIT_S: nothing truthful to forward
+            await self.inbox.post(caller, terminal_id, text or "[cao] The worker finished with an empty reply.")
+        except TerminalVanished:
+            return  # removed before it finished: its caller removed it, or sees it gone
+        except CaoError as exc:
+            log.warning("could not forward the reply of %s to %s: %s", terminal_id, caller, exc)

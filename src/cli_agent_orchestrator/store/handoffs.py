@@ -41,6 +41,9 @@ class HandoffRecord:
     created_at: str = ""
     finished_at: str | None = None
     error: str | None = None
+    result: str | None = None  # JSON: what the handoff answered, kept until read once
+    delivered_at: str | None = None
+    durable: bool = False  # a job its caller can read later (services/handoff_results.py)
 
 
 class HandoffTables:
@@ -58,6 +61,7 @@ class HandoffTables:
                     state=record.state.value,
                     deadline=record.deadline,
                     created_at=utc_now(),
+                    durable=record.durable,
                 )
             )
             oldest_kept = (
@@ -92,6 +96,20 @@ class HandoffTables:
             values = {"state": state.value, "error": error, "finished_at": utc_now()}
             return conn.execute(query.values(**values)).rowcount == 1
 
+    def set_result(self, job_id: str, result: str) -> bool:
+        """Keep what the handoff answered (once: a result is never replaced)."""
+        with self.engine.begin() as conn:
+            query = sa.update(handoffs).where(handoffs.c.job_id == job_id, handoffs.c.result.is_(None))
+            return conn.execute(query.values(result=result)).rowcount == 1
+
+    def deliver(self, job_id: str) -> bool:
+        """Mark the result read; True for exactly one reader (the one that gets it)."""
+        with self.engine.begin() as conn:
+            query = sa.update(handoffs).where(
+                handoffs.c.job_id == job_id, handoffs.c.result.is_not(None), handoffs.c.delivered_at.is_(None)
+            )
+            return conn.execute(query.values(delivered_at=utc_now())).rowcount == 1
+
     def get(self, job_id: str) -> HandoffRecord | None:
         with self.engine.connect() as conn:
             row = conn.execute(sa.select(handoffs).where(handoffs.c.job_id == job_id)).mappings().first()
@@ -118,4 +136,7 @@ def _record(row: Any) -> HandoffRecord:
         created_at=row["created_at"],
         finished_at=row["finished_at"],
         error=row["error"],
+        result=row["result"],
+        delivered_at=row["delivered_at"],
+        durable=bool(row["durable"]),
     )

@@ -48,6 +48,11 @@ terminals = sa.Table(
     # A workflow step's agent: {CAO_WORKFLOW_RUN_ID, CAO_WORKFLOW_STEP_ID, CAO_WORKFLOW_GENERATION?},
     # what its workflow_return is about (cao's MCP endpoint reads it for the caller); NULL = none.
     sa.Column("workflow_step", sa.JSON),
+    # What workers know of each other (v10→v11): a description, a group path (a JSON list of
+    # strings) and free metadata (a JSON object); NULL = none. TEXT/JSON, bounded by the API.
+    sa.Column("description", sa.Text),
+    sa.Column("group_path", sa.JSON),
+    sa.Column("metadata", sa.JSON),
 )
 
 inbox_messages = sa.Table(
@@ -219,6 +224,39 @@ handoffs = sa.Table(
     sa.Column("created_at", sa.Text, nullable=False),
     sa.Column("finished_at", sa.Text),
     sa.Column("error", sa.Text),  # why it ended without an answer; NULL = it delivered one
+    # Durable handoffs (services/handoff_results.py): what its worker answered (JSON), kept until
+    # read once; and when it was read (or posted to the caller's inbox).
+    sa.Column("result", sa.Text),
+    sa.Column("delivered_at", sa.Text),
+    sa.Column("durable", sa.Boolean),  # a job its caller can read later (not a plain run-step call)
+)
+
+
+# --- memories: what one agent learns, the next one knows (memory/) ------------------------
+# One row per (scope, scope_id, key); its content is a list of dated entries (`entries`), and
+# `content` their text joined, which the database's full-text engine indexes: SQLite's FTS5
+# table memories_fts (kept in step by triggers, in the writing transaction), PostgreSQL's
+# generated tsvector column `search` with a GIN index (both made by _v11_to_v12). TEXT throughout.
+memories = sa.Table(
+    "memories",
+    metadata,
+    sa.Column("id", sa.Integer, primary_key=True, autoincrement=True),
+    sa.Column("scope", sa.Text, nullable=False),  # global | project | session | agent
+    sa.Column("scope_id", sa.Text, nullable=False),  # "" (global), a project, a session, a profile
+    sa.Column("key", sa.Text, nullable=False),
+    sa.Column("memory_type", sa.Text, nullable=False),  # user | feedback | project | reference
+    sa.Column("tags", sa.JSON, nullable=False),  # a JSON list of strings
+    sa.Column("entries", sa.JSON, nullable=False),  # [{at, text, terminal_id, agent_profile}], oldest first
+    sa.Column("content", sa.Text, nullable=False),  # the entries' text, what full-text search reads
+    sa.Column("created_at", sa.Text, nullable=False),
+    sa.Column("updated_at", sa.Text, nullable=False),
+    sa.Column("terminal_id", sa.Text),  # who wrote it last: a terminal, or NULL (the user)
+    sa.Column("agent_profile", sa.Text),  # that terminal's profile
+    sa.Column("recall_count", sa.Integer, nullable=False, server_default="0"),
+    sa.Column("last_recalled_at", sa.Text),
+    sa.UniqueConstraint("scope", "scope_id", "key", name="uq_memories_scope_key"),
+    sa.Index("ix_memories_updated", "updated_at"),
+    sa.Index("ix_memories_scope_updated", "scope", "scope_id", "updated_at"),  # an agent's latest, per scope
 )
 
 
@@ -289,6 +327,49 @@ def _v9_to_v10(conn: sa.Connection) -> None:
     _add_missing_column(conn, terminals, terminals.c.workflow_step)
 
 
+def _v10_to_v11(conn: sa.Connection) -> None:
+    for column in (terminals.c.description, terminals.c.group_path, terminals.c.metadata):
+        _add_missing_column(conn, terminals, column)
+
+
+def _v11_to_v12(conn: sa.Connection) -> None:
+    memories.create(conn, checkfirst=True)
+    for statement in MEMORY_SEARCH_DDL[conn.dialect.name]:
+        conn.execute(sa.text(statement))
+
+
+# The full-text index of `memories`, per engine; the ranking is the engine's own (FTS5's bm25,
+# PostgreSQL's ts_rank). SQLite: an external-content FTS5 table that triggers keep in step with
+# every insert, delete and change of the indexed columns, inside the writing transaction.
+MEMORY_SEARCH_DDL: dict[str, tuple[str, ...]] = {
+    "sqlite": (
+        "CREATE VIRTUAL TABLE IF NOT EXISTS memories_fts USING fts5(key, tags, content, "
+        "content='memories', content_rowid='id', tokenize='porter unicode61')",
+        "CREATE TRIGGER IF NOT EXISTS memories_fts_insert AFTER INSERT ON memories BEGIN "
+        "INSERT INTO memories_fts(rowid, key, tags, content) VALUES (new.id, new.key, new.tags, new.content); END",
+        "CREATE TRIGGER IF NOT EXISTS memories_fts_delete AFTER DELETE ON memories BEGIN "
+        "INSERT INTO memories_fts(memories_fts, rowid, key, tags, content) "
+        "VALUES ('delete', old.id, old.key, old.tags, old.content); END",
+        "CREATE TRIGGER IF NOT EXISTS memories_fts_update AFTER UPDATE OF key, tags, content ON memories BEGIN "
+        "INSERT INTO memories_fts(memories_fts, rowid, key, tags, content) "
+        "VALUES ('delete', old.id, old.key, old.tags, old.content); "
+        "INSERT INTO memories_fts(rowid, key, tags, content) VALUES (new.id, new.key, new.tags, new.content); END",
+    ),
+    "postgresql": (
+        "ALTER TABLE memories ADD COLUMN IF NOT EXISTS search tsvector GENERATED ALWAYS AS ("
+        "setweight(to_tsvector('english', key), 'A') || "
+        "setweight(to_tsvector('english', tags::text), 'B') || "
+        "setweight(to_tsvector('english', content), 'C')) STORED",
+        "CREATE INDEX IF NOT EXISTS ix_memories_search ON memories USING GIN (search)",
+    ),
+}
+
+
+def _v12_to_v13(conn: sa.Connection) -> None:
+    for column in (handoffs.c.result, handoffs.c.delivered_at, handoffs.c.durable):
+        _add_missing_column(conn, handoffs, column)
+
+
 MIGRATIONS: list[Callable[[sa.Connection], None]] = [
     _v0_to_v1,
     _v1_to_v2,
@@ -300,6 +381,9 @@ MIGRATIONS: list[Callable[[sa.Connection], None]] = [
     _v7_to_v8,
     _v8_to_v9,
     _v9_to_v10,
+    _v10_to_v11,
+    _v11_to_v12,
+    _v12_to_v13,
 ]
 LATEST_VERSION = len(MIGRATIONS)
 

@@ -1,5 +1,6 @@
 """The terminals' rows: what cao knows of each agent (its window, provider, caller, status as
-last written, its hook secret, worktree, host, workflow step). Methods of the Store (a mixin):
+last written, its hook secret, worktree, host, workflow step, and what workers know of each
+other: description, group, metadata). Methods of the Store (a mixin):
 each one is one transaction, run on the store thread by `Store.run`.
 """
 
@@ -39,8 +40,22 @@ class TerminalRows:
                     worktree=_worktree_json(term.worktree),
                     host=term.host,
                     workflow_step=term.workflow_step,
+                    description=term.description,
+                    group_path=term.group,
+                    metadata=term.metadata,
                 )
             )
+
+    def set_labels(self, terminal_id: str, labels: dict[str, Any]) -> bool:
+        """Replace some of a live terminal's `description`, `group`, `metadata` (each given one
+        whole; None clears it). False: no such live terminal, and nothing changed."""
+        columns = {"description": "description", "group": "group_path", "metadata": "metadata"}
+        values = {columns[name]: value for name, value in labels.items()}
+        with self.engine.begin() as conn:
+            done = conn.execute(
+                terminals.update().where(terminals.c.id == terminal_id, terminals.c.gone == sa.false()).values(**values)
+            )
+        return bool(done.rowcount)
 
     def hook_secret(self, terminal_id: str) -> str | None:
         with self.engine.connect() as conn:
@@ -145,6 +160,9 @@ def _terminal(row: Any) -> Terminal:
         worktree=_worktree(row["worktree"]),
         host=row["host"],
         workflow_step=row["workflow_step"] if isinstance(row["workflow_step"], dict) else None,
+        description=row["description"],
+        group=row["group_path"] if isinstance(row["group_path"], list) else None,
+        metadata=row["metadata"] if isinstance(row["metadata"], dict) else None,
     )
 
 

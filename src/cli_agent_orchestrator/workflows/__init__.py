@@ -10,6 +10,8 @@ resume without repeating finished work. Every workflow concern lives in this pac
     yaml_steps            one step's fields and limits
     yaml_templates        `{{ ... }}` prompt templates: references and rendering
     yaml_values           names, empty fields and values quoted in messages
+  output_schema           a step's output_schema: the schema's check, output validation (pure)
+    output_events         the timeline facts of that check: a reprompt, an unvalidated step
   records                 the journal's typed records and their state enums (pure)
   gate                    the resume gate: replay, execute, halt or diverge (pure)
   drives, timeline        live drives in memory; the timeline writer (journal, then bus)

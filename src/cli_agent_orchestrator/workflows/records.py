@@ -38,7 +38,8 @@ class StepState(StrEnum):
     PENDING = "pending"  # a YAML step not reached yet
     RUNNING = "running"  # an attempt was dispatched and has not settled
     COMPLETED = "completed"
-    # Reserved for output_schema (not built): done, its output not checked.
+    # Done, but its output still failed the step's output_schema after the one reprompt:
+    # the step's error (kind output_invalid) names the failing path.
     COMPLETED_UNVALIDATED = "completed_unvalidated"
     FAILED = "failed"
     SKIPPED = "skipped"  # a YAML step after one that failed with on_failure: halt
@@ -55,6 +56,7 @@ class StepErrorKind(StrEnum):
     CANCELLED = "cancelled"  # the drive was cancelled or superseded mid-step
     INTERRUPTED = "interrupted"
     TEMPLATE = "template"  # a YAML prompt template could not be rendered
+    OUTPUT_INVALID = "output_invalid"  # no output matching the step's output_schema, even after a reprompt
 
 
 class Decision(StrEnum):

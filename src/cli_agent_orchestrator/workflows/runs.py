@@ -19,7 +19,7 @@ from ..services.terminals.service import TerminalService
 from ..settings import Settings
 from ..store import Store
 from ..store.journal import dumps, stamp
-from . import resume_gate, yaml_spec
+from . import output_schema, resume_gate, yaml_spec
 from .drives import Drive, DriveEnd, RunRegistry
 from .inputs import encode_inputs, read_inputs_declaration, validate_inputs
 from .lint import lint_script
@@ -311,12 +311,27 @@ class RunLifecycle:
             except TimeoutError:
                 return False
 
-    async def record_step_output(self, run_id: str, step_id: str, output: dict, generation: str | None = None) -> dict:
-        """Structured output a step's agent returned (MCP `workflow_return`)."""
+    async def record_step_output(
+        self,
+        run_id: str,
+        step_id: str,
+        output: dict,
+        generation: str | None = None,
+        schema: dict[str, Any] | None = None,
+    ) -> dict:
+        """Structured output a step's agent returned (MCP `workflow_return`), kept whether or
+        not it matches, and checked against the step's schema: a YAML step's own
+        output_schema, else the `schema` the caller sent (a script's step)."""
         check_name(run_id, "run id")
         check_name(step_id, "step id")
-        if len(dumps(output).encode("utf-8")) > MAX_STEP_OUTPUT_BYTES:
-            raise InvalidInput(f"step output exceeds {MAX_STEP_OUTPUT_BYTES} bytes")
+        if schema is not None and (problems := output_schema.schema_problems(schema)):
+            raise InvalidInput("; ".join(problems))
+        try:
+            size = len(dumps(output).encode("utf-8"))
+        except UnicodeEncodeError:
+            raise InvalidInput("step output is not valid text: it holds a lone UTF-16 surrogate") from None
+        if size > MAX_STEP_OUTPUT_BYTES:
+            raise InvalidInput(f"step output is {size} bytes; the limit is {MAX_STEP_OUTPUT_BYTES}")
         step = await self.store.run(self.journal.get_step, run_id, step_id)
         if step is None:
             raise NotFound(f"run {run_id!r} has no step {step_id!r}")
@@ -328,9 +343,24 @@ class RunLifecycle:
                 run_id=run_id,
                 step_id=step_id,
             )
+        schema = await self._declared_schema(run_id, step_id) or schema
         await self.store.run(lambda: self.journal.update_step(run_id, step_id, output=output))
         await self.timeline.record(StepOutputReceived(run_id=run_id, generation=step.generation, step_id=step_id))
-        return {"validated": True, "errors": [], "state": step.state}
+        found = await asyncio.to_thread(output_schema.violations, output, schema) if schema else []
+        return {"validated": not found, "errors": [str(v) for v in found], "state": step.state}
+
+    async def _declared_schema(self, run_id: str, step_id: str) -> dict[str, Any] | None:
+        """A YAML step's own output_schema: it wins over one an agent sends (which could
+        otherwise loosen it)."""
+        run = await self.store.run(self.journal.get_run, run_id)
+        if run is None or run.tier != Tier.YAML or not run.source:
+            return None
+        try:
+            spec = yaml_spec.parse_spec(run.source)
+        except CaoError:
+            return None
+        declared = next((s.output_schema for s in spec.steps if s.id == step_id), None)
+        return dict(declared) if declared is not None else None
 
 
 def _check_decisions(run_id: str, decisions: Mapping[str, Any], steps: Mapping[str, StepRecord]) -> None:

@@ -1,7 +1,9 @@
 """The journaled execution of one step attempt, the same for both tiers: the worker's
 terminal id is journaled the moment it exists (so a cancel or a restart can find it),
 the worker gets the run's identity in its environment, and a successful attempt settles
-`completed` with its result envelope. A cancelled or superseded drive gets no worker.
+`completed` with its result envelope (unless its caller settles it: a YAML step with an
+output_schema is done only once its output was checked). A cancelled or superseded drive
+gets no worker.
 """
 
 from __future__ import annotations
@@ -44,10 +46,13 @@ class StepExecution:
         self.store, self.registry, self.timeline = store, registry, timeline
         self.orchestration = orchestration
 
-    async def execute(self, run_id: str, step_id: str, generation: int, request: StepRequest) -> ExecutedStep:
+    async def execute(
+        self, run_id: str, step_id: str, generation: int, request: StepRequest, *, settle: bool = True
+    ) -> ExecutedStep:
         """Run one attempt of a step its caller has already journaled as `running`.
         A failure raises the orchestration's CaoError and settles nothing: a script's step
-        fails at once, a YAML attempt may be retried, and each tier journals that itself."""
+        fails at once, a YAML attempt may be retried, and each tier journals that itself.
+        With `settle=False` the result envelope is journaled but the step stays `running`."""
         journal = self.store.journal
 
         async def on_terminal(terminal_id: str) -> None:
@@ -70,10 +75,9 @@ class StepExecution:
             lambda: journal.update_step(
                 run_id,
                 step_id,
-                state=StepState.COMPLETED,
                 envelope=envelope,
                 terminal_id=result.terminal_id,
-                finished_at=stamp(),
+                **({"state": StepState.COMPLETED, "finished_at": stamp()} if settle else {}),
             )
         )
         return ExecutedStep(result, envelope)

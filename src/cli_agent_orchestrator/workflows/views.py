@@ -195,7 +195,7 @@ def _step_view(step: StepRecord) -> dict:
         "policy": step.policy,
         "call_fingerprint": step.fingerprint,
         "generation": step.generation,
-        "reprompted": False,  # output_schema reprompts are not built (reserved)
+        "reprompted": bool(envelope and envelope.get("reprompted")),  # asked once more for schema-valid output
         "truncated": bool(envelope and envelope.get("truncated")),
         "halt": step.halt,
         "started_at": step.started_at,

@@ -1,5 +1,6 @@
 """One step of a YAML spec: its fields, their limits, the reserved (not yet runnable) ones,
 and the check that turns a raw mapping into a YamlStep or into messages saying what is wrong.
+A step's `output_schema` is checked here as a schema (`output_schema.schema_problems`).
 """
 
 from __future__ import annotations
@@ -10,14 +11,27 @@ from types import MappingProxyType
 from typing import Any
 
 from ..services.hosts.records import NAME_RE as HOST_NAME_RE
+from .output_schema import schema_problems
 from .yaml_templates import scan
 from .yaml_values import given, is_name, kind, show
 
 MAX_RETRIES, MAX_TIMEOUT_SECONDS, MAX_AGENT_CHARS = 10, 86400, 64
 ON_FAILURE, ENGINES = ("halt", "continue"), ("v2", "kas")
-STEP_FIELDS = ("id", "provider", "agent", "prompt", "retries", "on_failure", "timeout", "model", "engine", "host")
+STEP_FIELDS = (
+    "id",
+    "provider",
+    "agent",
+    "prompt",
+    "retries",
+    "on_failure",
+    "timeout",
+    "model",
+    "engine",
+    "host",
+    "output_schema",
+)
 # Accepted by the grammar now so specs can be written against them; refused at run time.
-RESERVED_STEP_FIELDS = ("when", "until", "max_iterations", "on_stall", "on_no_progress", "output_schema")
+RESERVED_STEP_FIELDS = ("when", "until", "max_iterations", "on_stall", "on_no_progress")
 LOOP_FIELDS = ("until", "max_iterations", "on_stall", "on_no_progress")
 # Required together on any loop step, even before loops run, so no spec written today can
 # describe a loop without a way out.
@@ -36,6 +50,8 @@ class YamlStep:
     model: str | None = None
     engine: str | None = None
     host: str | None = None  # None -> the placement policy
+    # JSON Schema 2020-12 the step's structured output must match; None -> its reply text is its output
+    output_schema: Mapping[str, Any] | None = None
     # reserved fields as written (name → raw value): runnable_problem names the step by them
     reserved: Mapping[str, Any] = field(default_factory=dict)
 
@@ -104,6 +120,12 @@ def check_step(
     if host is not None and not (isinstance(host, str) and HOST_NAME_RE.fullmatch(host)):
         errors.append(f"{where}: host must be a registered host's name (`cao host list`) or local, not {show(host)}")
 
+    output_schema = raw.get("output_schema")
+    if output_schema is not None:
+        problems = schema_problems(output_schema)
+        if problems:
+            errors.append(f"{where}: " + "; ".join(problems))
+
     used = {key: raw[key] for key in raw if key in RESERVED_STEP_FIELDS}
     for key in used:
         if key not in reserved:
@@ -129,6 +151,7 @@ def check_step(
         model=raw.get("model"),
         engine=engine,
         host=host,
+        output_schema=output_schema,
         reserved=MappingProxyType(used),
     )
 

@@ -122,7 +122,26 @@ def _run_message(api: CaoClient, term: dict[str, Any], message: str, timeout: fl
     metavar="TOOL",
     help="A tool in cao's vocabulary (repeatable); replaces the profile's set.",
 )
-@click.option("--env", "env", multiple=True, metavar="K=V", help="A variable for the agent's environment (repeatable).")
+@click.option(
+    "--env",
+    "env",
+    multiple=True,
+    metavar="K=V",
+    help="A variable for the agent and every worker later started in its session (repeatable; kept in "
+    "cao-server's memory only).",
+)
+@click.option(
+    "--memory",
+    is_flag=True,
+    help="The agent gets its memories in its first message (on for every agent; refused where memory is off).",
+)
+@click.option(
+    "--resume-session-id",
+    "resume_session_id",
+    default=None,
+    metavar="ID",
+    help="Resume this conversation of the CLI's own (claude_code, codex, gemini_cli, qwen_cli).",
+)
 @click.option("--engine", type=click.Choice(["v2", "kas"]), default=None, help="Kiro engine (kiro_cli only).")
 @click.option("--model", default=None, help="Model override for the provider.")
 @click.option(
@@ -151,6 +170,8 @@ def launch(
     auto_approve: bool,
     allowed_tools: tuple[str, ...],
     env: tuple[str, ...],
+    memory: bool,
+    resume_session_id: str | None,
     engine: str | None,
     model: str | None,
     host: str | None,
@@ -185,6 +206,8 @@ def launch(
         "host": host,
         "allowed_tools": ",".join(tools) or None,
         "yolo": str(yolo).lower(),
+        "resume_session_id": resume_session_id,
+        "memory_manager": "true" if memory else None,
     }
     body = {"env_vars": env_vars} if env_vars else None
     with client() as api:

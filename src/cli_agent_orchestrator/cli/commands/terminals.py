@@ -1,9 +1,12 @@
-"""`cao terminal ...`: inspect, drive, delete and restore single agent terminals."""
+"""`cao terminal ...`: inspect, drive, delete and restore single agent terminals, and read or set
+what workers know of each other (description, group, metadata, siblings)."""
 
 from __future__ import annotations
 
+import json
 import shlex
 import sys
+from typing import Any
 
 import click
 
@@ -52,6 +55,8 @@ def status(terminal_id: str, as_json: bool) -> None:
             ("Status", state),
             ("Working directory", term["working_directory"]),
             ("Caller", term.get("caller_id")),
+            ("Description", term.get("description")),
+            ("Group", "/".join(term.get("group") or []) or None),
             ("Created", term.get("created_at")),
             ("Last active", term.get("last_active")),
         ]
@@ -140,3 +145,88 @@ def restore(terminal_id: str, attach: bool, as_json: bool) -> None:
         click.echo(f"Attach with: {shlex.join(argv)}")
     if attach:
         exec_attach(argv)
+
+
+def _meta_value(text: str) -> Any:
+    """A `--set` value: JSON when it parses as JSON (numbers, true, lists, objects), else the text."""
+    try:
+        return json.loads(text)
+    except ValueError:
+        return text
+
+
+@terminal.command("meta")
+@click.argument("terminal_id", metavar="ID")
+@click.option("--set", "sets", multiple=True, metavar="KEY=VALUE", help="Set a metadata key (VALUE: JSON or text).")
+@click.option("--unset", "unsets", multiple=True, metavar="KEY", help="Remove a metadata key.")
+@click.option("--clear-metadata", is_flag=True, help="Remove all metadata (before --set).")
+@click.option("--group", "groups", multiple=True, metavar="G", help="The group path, one element per --group.")
+@click.option("--clear-group", is_flag=True, help="Remove the group.")
+@click.option("--description", default=None, help='What the agent is for ("" clears it).')
+@json_option
+def meta(
+    terminal_id: str,
+    sets: tuple[str, ...],
+    unsets: tuple[str, ...],
+    clear_metadata: bool,
+    groups: tuple[str, ...],
+    clear_group: bool,
+    description: str | None,
+    as_json: bool,
+) -> None:
+    """Show or change terminal ID's description, group and metadata.
+
+    Without options it shows them. --set and --unset change single keys of the metadata read
+    just before (the server replaces the object whole: the last write wins); --group replaces
+    the whole group path."""
+    if groups and clear_group:
+        raise click.UsageError("--group and --clear-group cannot be combined")
+    changes = [pair.partition("=") for pair in sets]
+    if any(not sep or not key for key, sep, _ in changes):
+        raise click.BadParameter("use KEY=VALUE", param_hint="--set")
+    path = terminal_path(terminal_id)
+    with client() as api:
+        term = api.get(path)
+        if sets or unsets or clear_metadata:
+            metadata = {} if clear_metadata else dict(term.get("metadata") or {})
+            for key in unsets:
+                metadata.pop(key, None)
+            metadata.update({key: _meta_value(value) for key, _, value in changes})
+            term = api.request("PATCH", f"{path}/metadata", json={"metadata": metadata})
+        if groups or clear_group:
+            term = api.request("PATCH", f"{path}/group", json={"group": list(groups) or None})
+        if description is not None:
+            term = api.request("PATCH", f"{path}/description", json={"description": description or None})
+    shown = {k: term.get(k) for k in ("id", "description", "group", "metadata")}
+    if as_json:
+        print_json(shown)
+        return
+    print_fields(
+        [
+            ("Terminal", term["id"]),
+            ("Description", term.get("description")),
+            ("Group", "/".join(term.get("group") or []) or None),
+            ("Metadata", json.dumps(term["metadata"], ensure_ascii=False) if term.get("metadata") else None),
+        ]
+    )
+
+
+@terminal.command("siblings")
+@click.argument("terminal_id", metavar="ID")
+@click.option("--depth", type=click.IntRange(1, 16), default=1, show_default=True, help="Group elements to match.")
+@click.option("--cross-session", is_flag=True, help="Look in every session, not only ID's.")
+@json_option
+def siblings(terminal_id: str, depth: int, cross_session: bool, as_json: bool) -> None:
+    """List terminal ID's siblings: the agents sharing the first --depth elements of its group
+    (without a group: every other agent of its session)."""
+    with client() as api:
+        found = api.get(
+            terminal_path(terminal_id, "/siblings"),
+            params={"depth": depth, "cross_session": "true" if cross_session else "false"},
+        )
+    if as_json:
+        print_json(found)
+        return
+    rows = [{**s, "group": "/".join(s.get("group") or []) or None} for s in found]
+    columns = [("id", "ID"), ("agent_profile", "PROFILE"), ("status", "STATUS"), ("group", "GROUP")]
+    print_table(rows, [*columns, ("description", "DESCRIPTION")], empty="No siblings.")

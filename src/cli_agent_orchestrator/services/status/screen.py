@@ -80,6 +80,12 @@ class EmulatedScreen(pyte.Screen):
         if not private:
             super().select_graphic_rendition(*attrs)
 
+    def report_device_status(self, mode: int, private: bool = False) -> None:
+        # A private status request (`CSI ? 6 n`, GitHub Copilot CLI sends one) made pyte raise
+        # and drop the rest of the chunk it was fed (e.g. a dialog's question row).
+        if not private:
+            super().report_device_status(mode)
+
     def set_title(self, param: str) -> None:
         super().set_title(param)
         self.new_titles.append(param)

@@ -31,6 +31,7 @@ from ..status.view import TerminalView
 from ..waiting import TerminalVanished, ready_or_stuck, wait_for
 from ..worktrees import Worktrees
 from .adoption import adopt_survivors
+from .labels import checked_description, checked_group, checked_metadata, siblings_among
 from .launch_file import sweep_env_files
 from .names import check_terminal_id
 from .scrollback import note_worktree, restore_scrollback, save_scrollback
@@ -78,6 +79,7 @@ class TerminalService:
         self.input = input_service
         self.tasks = tasks
         self._spawner = Spawner(settings, store, backend, placement, monitor, environ)
+        self.session_envs = self._spawner.session_envs  # a session's variables for its later agents
         self.worktrees = Worktrees(settings.home_dir, environ)
 
     # --- reading ----------------------------------------------------------------
@@ -94,6 +96,22 @@ class TerminalService:
         for term in terms:
             _overlay_live(term, self.monitor.view(term.id))
         return terms
+
+    async def set_labels(self, terminal_id: str, **labels: object) -> Terminal:
+        """Replace some of a terminal's description, group, metadata (each whole: last write
+        wins); every value is checked before any is stored."""
+        checks = {"description": checked_description, "group": checked_group, "metadata": checked_metadata}
+        values = {name: checks[name](value) for name, value in labels.items()}
+        check_terminal_id(terminal_id)
+        if not await self.store.run(self.store.set_labels, terminal_id, values):
+            raise NotFound(f"terminal {terminal_id} not found")
+        return await self.get(terminal_id)
+
+    async def siblings(self, terminal_id: str, depth: int = 1, cross_session: bool = False) -> builtins.list[Terminal]:
+        """The terminal's siblings (labels.py says who they are)."""
+        me = await self.get(terminal_id)
+        everyone = await self.list(None if cross_session else me.session_name)
+        return siblings_among(me, everyone, depth, cross_session)
 
     async def check_hook_secret(self, terminal_id: str, secret: str | None) -> None:
         """A hook may only speak for the terminal whose environment holds its secret."""
@@ -120,6 +138,8 @@ class TerminalService:
 
     # --- creating ---------------------------------------------------------------
     async def create(self, req: CreateRequest) -> Terminal:
+        req.description = checked_description(req.description)
+        req.group, req.metadata = checked_group(req.group), checked_metadata(req.metadata)
         profile, provider_name, host = await self._spawner.resolve(req)
         if req.caller_id is not None:
             check_terminal_id(req.caller_id)

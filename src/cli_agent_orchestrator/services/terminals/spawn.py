@@ -22,11 +22,12 @@ from ...backends.base import HostPlace, HostPlacement, TerminalBackend
 from ...errors import InvalidInput, NotFound
 from ...models import MODEL_RE, SAFE_NAME_RE, Terminal, Worktree
 from ...profiles.loading import AgentProfile, load_profile
-from ...profiles.roles import ToolSet, gives_cao_tools, resolve_tools
-from ...providers.base import Launch, LaunchContext, Provider
+from ...profiles.roles import ToolSet, gives_cao_tools, needs_cao_tools, resolve_tools
+from ...providers.base import RESUME_ID, Launch, LaunchContext, Provider
 from ...providers.common import mcp_server_argv
 from ...providers.registry import get_provider
 from ...settings import DEFAULT_PROVIDER, Settings
+from ...skills.catalogue import with_skill_catalogue
 from ...store import Store
 from ...store.hosts import HostTables
 from ..hosts.placement import LOCAL, choose
@@ -36,6 +37,7 @@ from .engines import check_engine, requested_engine
 from .launch_file import env_file, env_file_text, pane_command, write_env_file
 from .names import check_not_flow_session, check_terminal_id, normalise_session_name
 from .relocate import relocated
+from .session_env import SessionEnvs
 
 log = logging.getLogger(__name__)
 
@@ -72,6 +74,15 @@ class CreateRequest:
     terminal_id: str | None = None
     # Set only by a flow's run (flows/runner.py): the one creator of a session named cao-flow-*.
     flow_session: bool = False
+    # The launch asks for memory (`cao launch --memory`, `memory_manager`): cao gives every agent
+    # its memories already, so this only refuses a launch where memory is off.
+    memory: bool = False
+    # A conversation of the CLI's own to resume (`--resume-session-id`), for providers that can.
+    resume_session_id: str | None = None
+    # What workers know of each other (labels.py checks them before anything is created).
+    description: str | None = None
+    group: list[str] | None = None
+    metadata: dict | None = None
 
 
 MAX_ENV_VARS, MAX_ENV_VALUE = 64, 32 * 1024
@@ -94,6 +105,20 @@ def checked_env_vars(env: Mapping[str, object] | None) -> dict[str, str]:
             raise InvalidInput(f"env_vars: the value of {shown} must be text without NUL, at most {MAX_ENV_VALUE}")
         out[key] = value
     return out
+
+
+def check_resume(provider: Provider, session_id: str) -> None:
+    """A conversation to resume: only where the CLI can, and only an id (never an option)."""
+    if not provider.resumes:
+        raise InvalidInput(
+            f"provider {provider.name} cannot resume a conversation of its own: --resume-session-id works "
+            "with claude_code, codex, gemini_cli and qwen_cli"
+        )
+    if not RESUME_ID.fullmatch(session_id):
+        raise InvalidInput(
+            f"resume session id {session_id[:64]!r} is not a conversation id: up to 128 of [A-Za-z0-9._:-], "
+            "starting with a letter or digit"
+        )
 
 
 def checked_working_directory(path: str | None) -> str:
@@ -154,6 +179,7 @@ class Spawner:
         self.backend = backend
         self.placement = placement
         self.monitor = monitor
+        self.session_envs = SessionEnvs()
         self.environ = environ
         self.host_tables = HostTables(store.engine)
         self._session_lock = asyncio.Lock()
@@ -185,6 +211,16 @@ class Spawner:
             log.info("%s", ignored)
         try:
             spec = get_provider(provider)  # unknown provider → 400 before anything is allocated
+            if req.resume_session_id is not None:
+                check_resume(spec, req.resume_session_id)
+            if spec.mcp == "none":
+                need = needs_cao_tools(profile.role, req.allowed_tools or profile.allowed_tools)
+                if need:
+                    raise InvalidInput(
+                        f"provider {provider} has no MCP client, so its agents cannot have cao's tools "
+                        f"(handoff, assign, send_message): it can be a worker, never a supervisor, and "
+                        f"profile {profile.name!r} {need}; pick a provider with MCP (docs/providers.md)"
+                    )
             if host is not None:  # its CLI is on the host (`cao host check` says), not here
                 self.tool_set(req, profile)
                 checked_env_vars(req.env_vars)
@@ -217,6 +253,10 @@ class Spawner:
             raise InvalidInput(f"invalid model {req.model!r}: up to 128 of [A-Za-z0-9._:/-]")
         self.tool_set(req, profile)  # an unknown role or tool → 400 before anything is allocated
         checked_env_vars(req.env_vars)
+        if req.memory and not self.settings.memory_enabled:
+            raise InvalidInput("memory is off on this cao-server (CAO_MEMORY_ENABLED=false): --memory cannot be given")
+        if req.memory and profile.frontmatter.get("memory") is False:
+            raise InvalidInput(f"profile {profile.name!r} turns memory off (memory: false): --memory cannot be given")
         return profile, provider, host
 
     async def place(self, requested: str | None, caller_host: str | None) -> str | None:
@@ -265,6 +305,10 @@ class Spawner:
         # On a host the agent reaches cao-server through the host's forward (host_environ).
         mcp_url = (self.settings.base_url if place is None else f"http://127.0.0.1:{place.api_port}") + MCP_PATH
         mcp_token = credential_for(ensure_token(self.settings.auth_token_path), terminal_id)
+        # The profile's prompt plus the skills its agents may load (reads the skill folders).
+        system_prompt = await asyncio.to_thread(
+            with_skill_catalogue, profile.system_prompt, self.settings.home_dir, profile.skills
+        )
         async with self._session_lock:
             session = normalise_session_name(req.session_name)
             exists = await self.backend.session_exists(session)
@@ -275,7 +319,7 @@ class Spawner:
             ctx = LaunchContext(
                 terminal_id=terminal_id,
                 profile_name=profile.name,
-                system_prompt=profile.system_prompt,
+                system_prompt=system_prompt,
                 working_directory=workdir,
                 home_dir=self.settings.home_dir,
                 model=req.model or profile.model,
@@ -289,6 +333,7 @@ class Spawner:
                 on_host=place is not None,
                 mcp_url=mcp_url,
                 mcp_token=mcp_token,
+                resume_session_id=req.resume_session_id,
             )
             hook_secret = secrets.token_urlsafe(24)
             launch_file = env_file(self.settings.tmp_dir, terminal_id)
@@ -305,12 +350,18 @@ class Spawner:
                 worktree=worktree,
                 host=host,
                 workflow_step={k: v for k, v in (req.env or {}).items() if k in WORKFLOW_STEP_VARS} or None,
+                description=req.description,
+                group=req.group,
+                metadata=req.metadata,
             )
             self.starting.add(terminal_id)
             created = False
             try:
                 launch = provider.build_launch(ctx)
+                if req.new_session:
+                    self.session_envs.started(session, checked_env_vars(req.env_vars))
                 agent_env = {
+                    **self.session_envs.of(session),  # the session's, then the request's own
                     **checked_env_vars(req.env_vars),
                     **(req.env or {}),
                     "CAO_TERMINAL_ID": terminal_id,

@@ -9,6 +9,7 @@ tool list is the source of truth: nothing is emitted that the CLI did not offer.
 
 from __future__ import annotations
 
+import json
 import re
 from dataclasses import dataclass
 from typing import Any
@@ -23,6 +24,7 @@ SHELL_TOOLS = (
     ("bash", "command"),
     ("shell_command", "command"),
     ("shell", "command"),
+    ("terminal", "command"),  # Hermes Agent
 )
 
 
@@ -102,6 +104,20 @@ def _search_call(tools: list[ToolDef], flat_name: str, tool_name: str) -> Call |
     return None
 
 
+def _device_part(name: str) -> str:
+    return re.sub(r"_+", "_", re.sub(r"[^a-z0-9_]+", "_", name.lower())).strip("_")
+
+
+def _device_call(tools: list[ToolDef], server: str, tool_name: str, args: dict[str, Any]) -> Call | None:
+    """oh-my-pi offers no MCP tool by name: it mounts each as a device `xd://mcp__<server>_<tool>`
+    that its `write` tool (the one with an intent argument `i`) runs, the JSON arguments as content."""
+    write = _find_exact(tools, "write")
+    if write is None or not {"i", "path", "content"} <= set(write.properties):
+        return None
+    device = f"mcp__{_device_part(server)}_{_device_part(tool_name)}"
+    return Call(write.name, {"i": f"Run {tool_name}", "path": f"xd://{device}", "content": json.dumps(args)})
+
+
 def resolve(step_name: str, args: dict[str, Any], tools: list[ToolDef], searched: bool) -> Call | None:
     """The call to emit for a script step, a tool_search call to load it first, or None if unavailable.
 
@@ -122,6 +138,9 @@ def resolve(step_name: str, args: dict[str, Any], tools: list[ToolDef], searched
         candidates = [flat, f"{server}__{tool_name}", f"mcp_{server}_{tool_name}", f"{server}_{tool_name}", tool_name]
         tool = _find(tools, candidates)
         if tool is None:
+            device = _device_call(tools, server, tool_name, args)
+            if device is not None:
+                return device
             return None if searched else _search_call(tools, flat, tool_name)
         return Call(tool.name, _fill_required(tool, args), tool.namespace)
     tool = _find(tools, [step_name])
