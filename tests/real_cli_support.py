@@ -7,6 +7,8 @@
   environment under the cache (the interpreter running the tests makes it); the binary is
   returned from a directory of its own, so putting it on PATH does not bring that
   environment's `python` or `pip` along. `constraints` pins the CLI's dependencies too.
+* `last_reply`, `reply_or_empty`, `agent_processes`, `delete_and_check_nothing_left`: what
+  every real-CLI module asks of a terminal (its reply; its processes, by CAO_TERMINAL_ID).
 * `real_cli_server(...)`: a CaoServer whose HOME, XDG dirs and TMPDIR are the
   test's own (every CLI confined to a temporary home), with the scripted model
   server's endpoints in its environment and the CLI's binary on PATH.
@@ -27,8 +29,9 @@ import sys
 from pathlib import Path
 from typing import NoReturn
 
+import psutil
 import pytest
-from conftest import CaoServer
+from conftest import CaoServer, wait_until
 
 CACHE = Path(os.environ.get("CAO_TEST_CLI_DIR") or Path.home() / ".cache" / "cao-test-clis")
 # Set by .ci/run: a real-CLI test that cannot run fails instead of skipping.
@@ -133,3 +136,38 @@ def store_profiles(cao: CaoServer, profiles: dict[str, str]) -> None:
     store.mkdir(parents=True, exist_ok=True)
     for name, text in profiles.items():
         (store / f"{name}.md").write_text(text)
+
+
+def last_reply(cao: CaoServer, terminal_id: str) -> str:
+    resp = cao.client.get(f"/terminals/{terminal_id}/output", params={"mode": "last"})
+    assert resp.status_code == 200, resp.text
+    return resp.json()["output"]
+
+
+def reply_or_empty(cao: CaoServer, terminal_id: str) -> str:
+    """The last reply, or "" while there is none yet (a turn still running)."""
+    resp = cao.client.get(f"/terminals/{terminal_id}/output", params={"mode": "last"})
+    return resp.json()["output"] if resp.status_code == 200 else ""
+
+
+def agent_processes(terminal_id: str) -> list[psutil.Process]:
+    """Every process (the CLI, its MCP relay, hooks, shell commands) carrying this terminal's identity."""
+    found = []
+    for proc in psutil.process_iter():
+        try:
+            if proc.environ().get("CAO_TERMINAL_ID") == terminal_id:
+                found.append(proc)
+        except (psutil.NoSuchProcess, psutil.AccessDenied, psutil.ZombieProcess):
+            continue
+    return found
+
+
+def delete_and_check_nothing_left(cao: CaoServer, terminal_id: str) -> None:
+    assert agent_processes(terminal_id), "the agent should be running before the delete"
+    assert cao.client.delete(f"/terminals/{terminal_id}").status_code == 200
+    wait_until(
+        lambda: not agent_processes(terminal_id),
+        timeout=20,
+        interval=0.2,
+        message=f"no process with CAO_TERMINAL_ID={terminal_id}",
+    )

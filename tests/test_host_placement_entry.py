@@ -217,7 +217,8 @@ async def test_mcp_handoff_and_assign_take_host_and_refuse_an_unknown_one_creati
             for name in ("handoff", "assign"):
                 prop = tools[name].input_schema["properties"]["host"]
                 assert "registered host" in prop["description"] and "placement policy" in prop["description"]
-                assert list(tools[name].input_schema["properties"])[-1] == "host"  # added last
+                props = list(tools[name].input_schema["properties"])  # added after the older ones:
+                assert props[props.index("host") + 1 :] in (["description"], ["description", "wait"])
                 assert "host" not in tools[name].input_schema.get("required", [])
 
             before = snapshot(srv)

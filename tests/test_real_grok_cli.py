@@ -17,20 +17,28 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import anyio
-import psutil
 import pytest
 from conftest import CaoServer, wait_until
 from mcp_support import call, mcp_session
 
 # Autouse: without tmux every test here skips, or fails under CI (CAO_REQUIRE_REAL_CLIS).
 from real_cli_support import (
+    agent_processes,
+    delete_and_check_nothing_left,
+    last_reply,
     npm_binary,
     real_cli_prerequisites,  # noqa: F401
     real_cli_server,
+    reply_or_empty,
 )
 from test_mcp_server import mcp_env
 
 from cao_testkit.scripted_model.harness import ScriptedModelServer
+
+# Not shipped in this commit: in the last full run every Grok agent stopped after drawing its logo
+# (never its composer), which the module's own runs an hour earlier had not shown; the cause is
+# not found yet. The provider is refused with that reason (providers/registry.py UNSUPPORTED).
+pytestmark = pytest.mark.skip(reason="grok_cli is not shipped yet: its agents stopped at start-up in the last full run")
 
 START_S, TURN_S = 90, 60  # generous: two shared cores, other developers' tests alongside
 SCRIPT = "grok"
@@ -168,40 +176,6 @@ def start(cao: CaoServer, yolo: bool = True, profile: str = DEV) -> dict:
     term = resp.json()
     assert term["status"] == "idle", term
     return term
-
-
-def last_reply(cao: CaoServer, terminal_id: str) -> str:
-    resp = cao.client.get(f"/terminals/{terminal_id}/output", params={"mode": "last"})
-    assert resp.status_code == 200, resp.text
-    return resp.json()["output"]
-
-
-def reply_or_empty(cao: CaoServer, terminal_id: str) -> str:
-    resp = cao.client.get(f"/terminals/{terminal_id}/output", params={"mode": "last"})
-    return resp.json()["output"] if resp.status_code == 200 else ""
-
-
-def agent_processes(terminal_id: str) -> list[psutil.Process]:
-    """Every process (grok, its relay, its shell commands) carrying this terminal's identity."""
-    found = []
-    for proc in psutil.process_iter():
-        try:
-            if proc.environ().get("CAO_TERMINAL_ID") == terminal_id:
-                found.append(proc)
-        except (psutil.NoSuchProcess, psutil.AccessDenied, psutil.ZombieProcess):
-            continue
-    return found
-
-
-def delete_and_check_nothing_left(cao: CaoServer, terminal_id: str) -> None:
-    assert agent_processes(terminal_id), "the agent should be running before the delete"
-    assert cao.client.delete(f"/terminals/{terminal_id}").status_code == 200
-    wait_until(
-        lambda: not agent_processes(terminal_id),
-        timeout=20,
-        interval=0.2,
-        message=f"no process with CAO_TERMINAL_ID={terminal_id}",
-    )
 
 
 def tool_results(model: ScriptedModelServer, prompt: str, marker: str) -> list[dict]:

@@ -20,13 +20,20 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import anyio
-import psutil
 import pytest
 from conftest import CaoServer, wait_until
 from mcp_support import call, mcp_session
 
 # Autouse: without tmux every test here skips, or fails under CI (CAO_REQUIRE_REAL_CLIS).
-from real_cli_support import pip_binary, real_cli_prerequisites, real_cli_server  # noqa: F401
+from real_cli_support import (
+    agent_processes,
+    delete_and_check_nothing_left,
+    last_reply,
+    pip_binary,
+    real_cli_prerequisites,  # noqa: F401
+    real_cli_server,
+    reply_or_empty,
+)
 from test_mcp_server import mcp_env
 
 from cao_testkit.scripted_model.harness import ScriptedModelServer
@@ -171,40 +178,6 @@ def start(cao: CaoServer, yolo: bool = True, profile: str = DEV) -> dict:
     term = resp.json()
     assert term["status"] == "idle", term
     return term
-
-
-def last_reply(cao: CaoServer, terminal_id: str) -> str:
-    resp = cao.client.get(f"/terminals/{terminal_id}/output", params={"mode": "last"})
-    assert resp.status_code == 200, resp.text
-    return resp.json()["output"]
-
-
-def reply_or_empty(cao: CaoServer, terminal_id: str) -> str:
-    resp = cao.client.get(f"/terminals/{terminal_id}/output", params={"mode": "last"})
-    return resp.json()["output"] if resp.status_code == 200 else ""
-
-
-def agent_processes(terminal_id: str) -> list[psutil.Process]:
-    """Every process (the CLI, its shell tool's children) carrying this terminal's identity."""
-    found = []
-    for proc in psutil.process_iter():
-        try:
-            if proc.environ().get("CAO_TERMINAL_ID") == terminal_id:
-                found.append(proc)
-        except (psutil.NoSuchProcess, psutil.AccessDenied, psutil.ZombieProcess):
-            continue
-    return found
-
-
-def delete_and_check_nothing_left(cao: CaoServer, terminal_id: str) -> None:
-    assert agent_processes(terminal_id), "the agent should be running before the delete"
-    assert cao.client.delete(f"/terminals/{terminal_id}").status_code == 200
-    wait_until(
-        lambda: not agent_processes(terminal_id),
-        timeout=20,
-        interval=0.2,
-        message=f"no process with CAO_TERMINAL_ID={terminal_id}",
-    )
 
 
 def _answer(text: str) -> dict:

@@ -19,12 +19,11 @@ import sys
 from collections.abc import Iterator
 from pathlib import Path
 
-import psutil
 import pytest
 from conftest import CaoServer, wait_until
 from mcp.client.session import ClientSession
 from mcp.client.stdio import StdioServerParameters, stdio_client
-from real_cli_support import npm_binary, real_cli_server, store_profiles
+from real_cli_support import agent_processes, last_reply, npm_binary, real_cli_server, store_profiles
 
 from cao_testkit.scripted_model.harness import ScriptedModelServer
 
@@ -149,23 +148,6 @@ def create(cao: CaoServer, profile: str, **params: str) -> str:
     return term["id"]
 
 
-def last_reply(cao: CaoServer, terminal_id: str) -> str:
-    resp = cao.client.get(f"/terminals/{terminal_id}/output", params={"mode": "last"})
-    assert resp.status_code == 200, resp.text
-    return resp.json()["output"]
-
-
-def agent_processes(terminal_id: str) -> list[psutil.Process]:
-    found = []
-    for proc in psutil.process_iter():
-        try:
-            if proc.environ().get("CAO_TERMINAL_ID") == terminal_id:
-                found.append(proc)
-        except (psutil.NoSuchProcess, psutil.AccessDenied, psutil.ZombieProcess):
-            continue
-    return found
-
-
 def delete_and_check_nothing_left(cao: CaoServer, terminal_id: str) -> None:
     assert cao.client.delete(f"/terminals/{terminal_id}").status_code == 200
     wait_until(lambda: not agent_processes(terminal_id), timeout=20, message="the agent's processes to end")
@@ -259,8 +241,10 @@ def test_a_reviewers_write_is_refused_and_a_set_without_mcp_is_not_even_offered(
     model.clear_requests(SCRIPT)
     omp.send(tid, "please write the file")
     assert omp.wait_status(tid, {"completed", "error"}, TURN_S) == "completed"
-    first = next(r for r in model.requests(SCRIPT) if not r["side"])
-    assert offered_tools(first) == {"read", "grep", "glob"}, offered_tools(first)
+    # The reader's own request: the last one (a late request of the reviewer, deleted above, may
+    # still have reached the model after the log was cleared: seen once under load).
+    last = [r for r in model.requests(SCRIPT) if not r["side"] and "please write the file" in r["user_text"]][-1]
+    assert offered_tools(last) == {"read", "grep", "glob"}, offered_tools(last)
     assert "not offered" in last_reply(omp, tid)
     assert not (work / "reviewed.txt").exists()
     delete_and_check_nothing_left(omp, tid)

@@ -24,7 +24,7 @@ CallerId = Annotated[
 Wait = Annotated[float, Query(ge=0, le=3600, allow_inf_nan=False, description="Seconds to wait for an answer")]
 
 
-@router.get("/handoff-results/{job_id}", response_model=None, responses=answers(404))
+@router.get("/handoff-results/{job_id}", response_model=None, responses=answers(404, 422))
 async def handoff_result(request: Request, job_id: JobId, caller_id: CallerId = None, wait: Wait = 0) -> dict[str, Any]:
     """`{status, job_id, …}`: with the answer (`result` or `error`, once), or the job's state
     (`pending`, `delivered`, `failed`…)."""
@@ -37,7 +37,7 @@ async def handoff_result(request: Request, job_id: JobId, caller_id: CallerId = 
     return {**outcome, "status": "failed", "http_status": answer["http_status"], "error": answer["body"].get("detail")}
 
 
-@router.post("/handoff-results/{job_id}/cancel", responses=answers(404))
+@router.post("/handoff-results/{job_id}/cancel", responses=answers(404, 422))
 async def cancel_handoff(request: Request, job_id: JobId, caller_id: CallerId = None) -> dict[str, Any]:
     """Stop a running job: its worker is removed, the job ends `failed`."""
     return await rt(request).handoff_results.cancel(job_id, caller_id)

@@ -97,7 +97,9 @@ def build_launch(ctx: LaunchContext) -> Launch:
     argv = ["grok"]
     if ctx.model:
         argv += ["--model", ctx.model]
-    return Launch(argv=argv, env={"NODE_OPTIONS": node_options})
+    # CI=0: Ink renders a non-interactive screen when it sees a CI variable (cao-server may run
+    # under CI), and Grok then never shows its composer.
+    return Launch(argv=argv, env={"NODE_OPTIONS": node_options, "CI": "0"})
 
 
 def preflight(profile_name: str, environ: Mapping[str, str]) -> str | None:
