@@ -55,7 +55,7 @@ async def test_an_agent_reads_and_writes_only_its_own_project_session_profile_an
     make_server, tmp_path: Path
 ) -> None:
     server = make_server().start()
-    alpha, beta = git_repo(tmp_path / "alpha"), git_repo(tmp_path / "beta")
+    alpha, beta = git_repo(tmp_path / "alpha"), git_repo(tmp_path / "béta ünïcode")  # (scope ids are UTF-8)
     (alpha / "src").mkdir()
     a = agent_in(server, alpha / "src")  # a subdirectory: still project alpha
     b = agent_in(server, beta)
@@ -81,6 +81,12 @@ async def test_an_agent_reads_and_writes_only_its_own_project_session_profile_an
             ("time", "global"),
         ], mine
         assert mine["memories"][1]["content"] == "alpha builds with make release"
+        # Ranked by the engine, still only its own: beta's "builds" is not among them.
+        ranked = await call(session, "memory_recall", query="builds cargo", sort_by="score")
+        assert [(m["key"], m["content"]) for m in ranked["memories"]] == [("build", "alpha builds with make release")]
+    async with mcp_session(agent_env(server, b["id"])) as session:
+        ranked = await call(session, "memory_recall", query="builds cargo", sort_by="score")
+        assert [(m["key"], m["content"]) for m in ranked["memories"]] == [("build", "beta builds with cargo")], ranked
     # The user sees every memory, each project's under its own id.
     listed = {(m["key"], m["scope_id"]) for m in memories(server, "--scope", "project")}
     assert listed == {("build", str(alpha)), ("build", str(beta))}

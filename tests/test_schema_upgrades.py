@@ -112,6 +112,10 @@ def check_upgraded(server: CaoServer, version: int, url: str, fresh: dict[str, o
     if version >= 12:  # the memory, and its full-text index (FTS5 triggers, the generated tsvector)
         found = server.client.get("/memories", params={"query": "kept upgrades", "sort_by": "score"}).json()
         assert [m["key"] for m in found] == ["fixture-memory"], found
+        # v14 on, SQLite's index also holds each memory's scope: a search in one scope finds it.
+        params = {"query": "kept upgrades", "sort_by": "score", "scope": "global", "scope_id": ""}
+        in_scope = server.client.get("/memories", params=params).json()
+        assert [m["key"] for m in in_scope] == ["fixture-memory"], in_scope
 
 
 @pytest.mark.parametrize("version", range(LATEST_VERSION))

@@ -271,7 +271,7 @@ def test_every_page_renders_without_console_errors(browser, cao: CaoServer):
     cao.client.delete(f"/terminals/{cao.create_session()['id']}")
     for viewport, label in ((DESKTOP, "desktop"), (PHONE, "phone")):
         with signed_in(browser, cao, viewport) as (page, errors):
-            for route in ("new", "workflows", "flows", "deleted"):
+            for route in ("new", "workflows", "flows", "memory", "deleted"):
                 page.goto(f"{cao.url}/#/{route}")
                 page.wait_for_selector(f"[data-page={route}]")
                 screenshot(page, f"{route}-{label}")
@@ -359,4 +359,30 @@ def test_flows_are_disabled_enabled_and_run_from_the_page(browser, cao: CaoServe
             message="the run started from the page finished",
         )
         screenshot(page, "flows-after-run")
+        errors.assert_none()
+
+
+def test_memories_are_searched_viewed_and_forgotten_from_the_page(browser, cao: CaoServer):
+    for key, content in (("build", "the build runs with make release"), ("style", "tabs, never spaces")):
+        stored = cao.client.post("/memories", json={"content": content, "scope": "global", "key": key})
+        assert stored.status_code == 201, stored.text
+    cao.client.post("/memories", json={"content": "make release also signs", "scope": "global", "key": "build"})
+    build = next(m for m in cao.client.get("/memories").json() if m["key"] == "build")
+    with signed_in(browser, cao) as (page, errors):
+        page.on("dialog", lambda dialog: dialog.accept())  # the page confirms a forget
+        page.goto(f"{cao.url}/#/memory")
+        expect(page.locator("#memories tbody tr")).to_have_count(2)
+        page.fill("#memory-query", "release")
+        page.click("form[role=search] button[type=submit]")
+        expect(page.locator("#memories tbody tr")).to_have_count(1)
+        expect(page.locator(f"tr[data-memory='{build['id']}']")).to_contain_text("build")
+        # View: its dated entries, oldest first.
+        page.click(f"[data-action=view-memory][data-memory='{build['id']}']")
+        entries = page.locator(f"tr[data-memory='{build['id']}'] .memory-entry pre")
+        expect(entries).to_have_text(["the build runs with make release", "make release also signs"])
+        screenshot(page, "memory-viewed")
+        page.click(f"[data-action=forget-memory][data-memory='{build['id']}']")
+        wait_until(lambda: [m["key"] for m in cao.client.get("/memories").json()] == ["style"], 10, message="forgotten")
+        expect(page.locator("#memories tbody tr")).to_have_count(0)  # the search shown again: no match now
+        expect(page.locator("#memories .empty")).to_contain_text("No memory matches")
         errors.assert_none()

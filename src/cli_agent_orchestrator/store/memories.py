@@ -188,33 +188,52 @@ class MemoryTables:
         return rows
 
     def _ranked(self, conn: sa.Connection, query: MemoryQuery, words: list[str]) -> list[Any]:
-        select, score = self._select(words)
-        select = select.where(*self._filters(query))
-        order: list[Any] = []
-        if query.sort_by == "score" and score is not None:
-            order.append(score.desc())
-        if query.visible is not None and query.sort_by != "score":
-            order.append(_precedence(query.visible))
-        if query.sort_by == "usage":
-            order.append(memories.c.recall_count.desc())
-        order += [memories.c.updated_at.desc(), memories.c.id.desc()]
-        return list(conn.execute(select.order_by(*order).limit(query.limit)).mappings())
+        if self.dialect == "sqlite" and words and query.sort_by == "score" and _scopes_only(query):
+            return self._best_in_index(conn, query, words)
+        # The best ids first, then only their rows: sorting narrow rows is cheaper than wide ones.
+        select, score = self._select(words, query)
+        scored = score is not None
+        best = select.where(*self._filters(query)).order_by(*_order(query, score)).limit(query.limit).subquery()
+        rows = sa.select(memories, best.c.score).select_from(memories.join(best, best.c.id == memories.c.id))
+        return list(conn.execute(rows.order_by(*_order(query, best.c.score if scored else None))).mappings())
 
-    def _select(self, words: list[str]) -> tuple[sa.Select, Any]:
+    def _best_in_index(self, conn: sa.Connection, query: MemoryQuery, words: list[str]) -> list[Any]:
+        """An agent's recall by score on SQLite: FTS5 ranks the matches of its scopes alone and
+        only the best `limit` rows are read from `memories` (reading every match's row to sort
+        them is what made a recall among 100,000 memories slow). The scopes are checked again
+        on the rows read: the index narrows, the filter decides."""
+        score: Any = (-sa.literal_column(_BM25)).label("score")
+        best = (
+            sa.select(_FTS.c.rowid, score)
+            .select_from(_FTS)
+            .where(sa.text("memories_fts MATCH :match").bindparams(match=_fts_match(words, query)))
+            .order_by(score.desc(), _FTS.c.rowid.desc())
+            .limit(query.limit)
+            .subquery()
+        )
+        select = (
+            sa.select(memories, best.c.score)
+            .select_from(memories.join(best, best.c.rowid == memories.c.id))
+            .where(*self._filters(query))
+            .order_by(best.c.score.desc(), memories.c.id.desc())
+        )
+        return list(conn.execute(select).mappings())
+
+    def _select(self, words: list[str], query: MemoryQuery) -> tuple[sa.Select, Any]:
+        """The ids of the memories matching `words` (every one without words) with their score,
+        and the score's expression (None without words)."""
         if not words:
-            return sa.select(memories), None
+            return sa.select(memories.c.id, sa.null().label("score")), None
         if self.dialect == "postgresql":
             tsquery = sa.func.websearch_to_tsquery(sa.literal_column("'english'::regconfig"), " or ".join(words))
             search: Any = sa.literal_column("memories.search")
             ranked: Any = sa.func.ts_rank(search, tsquery)
-            return sa.select(memories, ranked.label("score")).where(search.op("@@")(tsquery)), ranked
-        # FTS5: each word a quoted string (no operator of the query syntax survives), any may match.
-        match = " OR ".join(f'"{w}"' for w in words)
+            return sa.select(memories.c.id, ranked.label("score")).where(search.op("@@")(tsquery)), ranked
         score: Any = -sa.literal_column(_BM25)  # bm25 is lower for better matches
         select = (
-            sa.select(memories, score.label("score"))
+            sa.select(memories.c.id, score.label("score"))
             .select_from(memories.join(_FTS, _FTS.c.rowid == memories.c.id))
-            .where(sa.text("memories_fts MATCH :match").bindparams(match=match))
+            .where(sa.text("memories_fts MATCH :match").bindparams(match=_fts_match(words, query)))
         )
         return select, score
 
@@ -320,6 +339,40 @@ class MemoryTables:
             "newest": newest,
             "engine": self.dialect,
         }
+
+
+def scope_word(scope: str, scope_id: str) -> str:
+    """The word SQLite's index holds for a memory's scope: what the triggers of schema.py's
+    MEMORY_SEARCH_DDL write with `hex(scope || ':' || scope_id)` (the hex of its UTF-8)."""
+    return f"{scope}:{scope_id}".encode().hex().upper()
+
+
+def _fts_match(words: list[str], query: MemoryQuery) -> str:
+    """An FTS5 query: any of the words in the key, tags or content, each a quoted string (no
+    operator of the query syntax survives); and, where the query names its scopes, one of them."""
+    match = "{key tags content}: (" + " OR ".join(f'"{w}"' for w in words) + ")"
+    pairs = query.visible if query.visible is not None else []
+    if query.visible is None and query.scope is not None and query.scope_id is not None:
+        pairs = [(query.scope, query.scope_id)]
+    if pairs:
+        match += " AND scopes: (" + " OR ".join(f'"{scope_word(s, i)}"' for s, i in pairs) + ")"
+    return match
+
+
+def _scopes_only(query: MemoryQuery) -> bool:
+    """The query narrows by the scopes an agent may read and nothing else."""
+    return bool(query.visible) and query.memory_type is None and not query.exclude_ids
+
+
+def _order(query: MemoryQuery, score: Any) -> list[Any]:
+    order: list[Any] = []
+    if query.sort_by == "score" and score is not None:
+        order.append(score.desc())
+    if query.visible is not None and query.sort_by != "score":
+        order.append(_precedence(query.visible))
+    if query.sort_by == "usage":
+        order.append(memories.c.recall_count.desc())
+    return order + [memories.c.updated_at.desc(), memories.c.id.desc()]
 
 
 def _key_filter(scope: str, scope_id: str, key: str) -> Any:

@@ -236,7 +236,7 @@ handoffs = sa.Table(
 # One row per (scope, scope_id, key); its content is a list of dated entries (`entries`), and
 # `content` their text joined, which the database's full-text engine indexes: SQLite's FTS5
 # table memories_fts (kept in step by triggers, in the writing transaction), PostgreSQL's
-# generated tsvector column `search` with a GIN index (both made by _v11_to_v12). TEXT throughout.
+# generated tsvector column `search` with a GIN index (MEMORY_SEARCH_DDL below). TEXT throughout.
 memories = sa.Table(
     "memories",
     metadata,
@@ -334,26 +334,45 @@ def _v10_to_v11(conn: sa.Connection) -> None:
 
 def _v11_to_v12(conn: sa.Connection) -> None:
     memories.create(conn, checkfirst=True)
+    _make_memory_search(conn)
+
+
+def _make_memory_search(conn: sa.Connection) -> None:
+    """(Re)build the full-text index of `memories` as MEMORY_SEARCH_DDL says, from the rows."""
     for statement in MEMORY_SEARCH_DDL[conn.dialect.name]:
         conn.execute(sa.text(statement))
 
 
 # The full-text index of `memories`, per engine; the ranking is the engine's own (FTS5's bm25,
 # PostgreSQL's ts_rank). SQLite: an external-content FTS5 table that triggers keep in step with
-# every insert, delete and change of the indexed columns, inside the writing transaction.
+# every insert, delete and change of the indexed columns, inside the writing transaction. Its
+# fourth column, `scopes`, holds one word naming the memory's (scope, scope id) — the hex of
+# "scope:scope_id", see store/memories.py's scope_word — so that a recall matches only the
+# memories its agent may read inside the index and ranks those alone, not every memory of every
+# project (v14). Its content is the view memories_fts_source, which adds that word to the rows.
+# PostgreSQL combines its GIN index with the (scope, scope_id) index by itself.
+_FTS_COLUMNS = "key, tags, content, scopes"
+_FTS_NEW = "new.id, new.key, new.tags, new.content, hex(new.scope || ':' || new.scope_id)"
+_FTS_OLD = "old.id, old.key, old.tags, old.content, hex(old.scope || ':' || old.scope_id)"
 MEMORY_SEARCH_DDL: dict[str, tuple[str, ...]] = {
     "sqlite": (
-        "CREATE VIRTUAL TABLE IF NOT EXISTS memories_fts USING fts5(key, tags, content, "
-        "content='memories', content_rowid='id', tokenize='porter unicode61')",
-        "CREATE TRIGGER IF NOT EXISTS memories_fts_insert AFTER INSERT ON memories BEGIN "
-        "INSERT INTO memories_fts(rowid, key, tags, content) VALUES (new.id, new.key, new.tags, new.content); END",
-        "CREATE TRIGGER IF NOT EXISTS memories_fts_delete AFTER DELETE ON memories BEGIN "
-        "INSERT INTO memories_fts(memories_fts, rowid, key, tags, content) "
-        "VALUES ('delete', old.id, old.key, old.tags, old.content); END",
-        "CREATE TRIGGER IF NOT EXISTS memories_fts_update AFTER UPDATE OF key, tags, content ON memories BEGIN "
-        "INSERT INTO memories_fts(memories_fts, rowid, key, tags, content) "
-        "VALUES ('delete', old.id, old.key, old.tags, old.content); "
-        "INSERT INTO memories_fts(rowid, key, tags, content) VALUES (new.id, new.key, new.tags, new.content); END",
+        "DROP TRIGGER IF EXISTS memories_fts_insert",
+        "DROP TRIGGER IF EXISTS memories_fts_delete",
+        "DROP TRIGGER IF EXISTS memories_fts_update",
+        "DROP TABLE IF EXISTS memories_fts",
+        "DROP VIEW IF EXISTS memories_fts_source",
+        "CREATE VIEW memories_fts_source AS "
+        "SELECT id, key, tags, content, hex(scope || ':' || scope_id) AS scopes FROM memories",
+        f"CREATE VIRTUAL TABLE memories_fts USING fts5({_FTS_COLUMNS}, "
+        "content='memories_fts_source', content_rowid='id', tokenize='porter unicode61')",
+        "INSERT INTO memories_fts(memories_fts) VALUES ('rebuild')",
+        "CREATE TRIGGER memories_fts_insert AFTER INSERT ON memories BEGIN "
+        f"INSERT INTO memories_fts(rowid, {_FTS_COLUMNS}) VALUES ({_FTS_NEW}); END",
+        "CREATE TRIGGER memories_fts_delete AFTER DELETE ON memories BEGIN "
+        f"INSERT INTO memories_fts(memories_fts, rowid, {_FTS_COLUMNS}) VALUES ('delete', {_FTS_OLD}); END",
+        "CREATE TRIGGER memories_fts_update AFTER UPDATE OF key, tags, content, scope, scope_id ON memories BEGIN "
+        f"INSERT INTO memories_fts(memories_fts, rowid, {_FTS_COLUMNS}) VALUES ('delete', {_FTS_OLD}); "
+        f"INSERT INTO memories_fts(rowid, {_FTS_COLUMNS}) VALUES ({_FTS_NEW}); END",
     ),
     "postgresql": (
         "ALTER TABLE memories ADD COLUMN IF NOT EXISTS search tsvector GENERATED ALWAYS AS ("
@@ -370,6 +389,10 @@ def _v12_to_v13(conn: sa.Connection) -> None:
         _add_missing_column(conn, handoffs, column)
 
 
+def _v13_to_v14(conn: sa.Connection) -> None:
+    _make_memory_search(conn)  # SQLite's index gains each memory's scope word (see above)
+
+
 MIGRATIONS: list[Callable[[sa.Connection], None]] = [
     _v0_to_v1,
     _v1_to_v2,
@@ -384,6 +407,7 @@ MIGRATIONS: list[Callable[[sa.Connection], None]] = [
     _v10_to_v11,
     _v11_to_v12,
     _v12_to_v13,
+    _v13_to_v14,
 ]
 LATEST_VERSION = len(MIGRATIONS)
 
