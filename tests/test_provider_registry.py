@@ -20,7 +20,7 @@ from cli_agent_orchestrator.providers.registry import ENTRY_POINT_GROUP, get_pro
 
 BUILT_INS = {
     *("claude_code", "codex", "gemini_cli", "qwen_cli", "opencode_cli", "kiro_cli"),
-    *("copilot_cli", "hermes", "omp", "aider"),  # issue 27
+    *("copilot_cli", "hermes", "omp", "aider", "grok_cli"),  # issue 27
 }
 
 

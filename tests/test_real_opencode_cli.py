@@ -38,8 +38,12 @@ from cao_testkit.scripted_model.harness import ScriptedModelServer
 PACKAGE, VERSION, BINARY = "opencode-ai", "1.18.33", "opencode"
 SCRIPT = "opencode"
 TURN_S = 90  # the first turn of a fresh opencode takes ~5 s alone; the machine is shared
+# Longer than the pane is wide, with markdown: the screen wraps and styles it, opencode's stored
+# answer (sent by cao's plugin with session.idle) is what the model wrote.
+LONG_ANSWER = "A **bold** claim and `make release`: " + " ".join(f"word{n}" for n in range(60)) + "."
 RULES = [
     {"match": "say hello", "reply": "Hello from the scripted model."},
+    {"match": "answer at length", "reply": LONG_ANSWER},
     # $((6*7)) only becomes 42 if a real shell ran the command.
     {
         "match": "run the shell",
@@ -262,6 +266,10 @@ def test_text_shell_and_error_turns_then_delete_leaves_no_process(oc: CaoServer,
     oc.send(tid, "please say hello")
     assert oc.wait_status(tid, {"completed", "error"}, TURN_S) == "completed"
     assert last_reply(oc, tid) == "Hello from the scripted model."
+
+    oc.send(tid, "please answer at length")
+    assert oc.wait_status(tid, {"completed", "error"}, TURN_S) == "completed"
+    assert last_reply(oc, tid) == LONG_ANSWER
 
     oc.send(tid, "now run the shell")
     assert oc.wait_status(tid, {"completed", "error"}, TURN_S) == "completed"

@@ -97,9 +97,10 @@ def build_launch(ctx: LaunchContext) -> Launch:
     argv = ["grok"]
     if ctx.model:
         argv += ["--model", ctx.model]
-    # CI=0: Ink renders a non-interactive screen when it sees a CI variable (cao-server may run
-    # under CI), and Grok then never shows its composer.
-    return Launch(argv=argv, env={"NODE_OPTIONS": node_options, "CI": "0"})
+    # CI=false: Ink (through ci-info) draws no frame at all until exit when CI is set to anything
+    # but "false" ("0" included), and Grok then never shows its composer; cao-server may run under
+    # a CI that sets CI=true, which the pane inherits.
+    return Launch(argv=argv, env={"NODE_OPTIONS": node_options, "CI": "false"})
 
 
 def preflight(profile_name: str, environ: Mapping[str, str]) -> str | None:

@@ -16,7 +16,9 @@ which opencode fills in from its own environment (the pane's) as it reads the co
 lists the tools as it starts, so the agent is ready once it has.
 
 Status: a small JS plugin (PLUGIN below) receives opencode's own events in-process
-and POSTs the few that matter to cao-server's `/terminals/{id}/hooks`. Unlike
+and POSTs the few that matter to cao-server's `/terminals/{id}/hooks`; `session.idle` carries the
+turn's answer as opencode stored it (read back through the plugin's SDK client), the screen
+being the fallback. Unlike
 `opencode --port` + `GET /event`, that needs no long-lived SSE reader inside
 cao-server and no port per terminal, and `--port` cannot be combined with `--mini`.
 """
@@ -72,7 +74,31 @@ const rendered = async () => {
   for (let i = 0; pane && i < 100 && !(await shown()); i++) await new Promise((r) => setTimeout(r, 30))
 }
 
-export const CaoStatus = async () => {
+// The turn's answer as opencode stored it (the last assistant message's text after its last tool
+// call), sent with session.idle: the --mini screen can break a streamed answer where the model's
+// chunks met. Empty when it cannot be read; cao then reads the answer from the screen.
+const answer = async (client, sessionID) => {
+  try {
+    const got = await Promise.race([client.session.messages({path: {id: sessionID}}),
+                                    new Promise((r) => setTimeout(() => r(null), 3000))])
+    const messages = (got && got.data) || []
+    for (let m = messages.length - 1; m >= 0; m--) {
+      const {info, parts} = messages[m] || {}
+      if (info && info.role === "user") break  // nothing answered since the last prompt
+      if (!info || info.role !== "assistant") continue
+      let texts = []
+      for (const part of parts || []) {
+        if (part.type === "tool") texts = []
+        else if (part.type === "text" && !part.synthetic && !part.ignored && part.text) texts.push(part.text)
+      }
+      const text = texts.join("\n").trim()
+      if (text) return text.length <= 500000 ? text : ""
+    }
+  } catch {}
+  return ""
+}
+
+export const CaoStatus = async ({client} = {}) => {
   const id = process.env.CAO_TERMINAL_ID || ""
   if (!/^[a-f0-9]{8}$/.test(id)) return {}
   let host = process.env.CAO_API_HOST || "127.0.0.1"
@@ -92,8 +118,7 @@ export const CaoStatus = async () => {
     }
   }
   const post = (event, payload = {}) => {
-    const body = JSON.stringify({event, payload})
-    queue = queue.then(() => send(body))
+    queue = queue.then(() => send(JSON.stringify({event, payload})))  // (after what is queued before)
   }
   return {
     event: async ({event}) => {
@@ -121,7 +146,13 @@ export const CaoStatus = async () => {
       if (idle && state !== "idle") {
         state = "idle"
         const payload = error ? {error} : aborted ? {aborted: true} : {}
-        queue = queue.then(rendered)
+        const session = p.sessionID
+        queue = queue.then(rendered).then(async () => {
+          if (!error && !aborted && client && session) {
+            const text = await answer(client, session)
+            if (text) payload.text = text
+          }
+        })
         post("session.idle", payload)
       }
     },
@@ -271,6 +302,12 @@ def status_from_hook(event: str, payload: dict, last_event: str | None = None) -
     return None
 
 
+def reply_from_hook(event: str, payload: dict) -> str | None:
+    """The answer opencode stored for the turn, which the plugin sends with session.idle."""
+    text = payload.get("text") if event == "session.idle" and not payload.get("error") else None
+    return text if isinstance(text, str) and text.strip() else None
+
+
 # --- screen ------------------------------------------------------------------------
 _FOOTER = "ctrl+p cmd"  # right end of the mini footer row, idle or busy
 # In the footer while a turn runs, after the progress dots: "esc interrupt", or
@@ -403,6 +440,7 @@ PROVIDER = Provider(
     startup_timeout=60.0,
     accepts_input_while_busy=False,
     status_from_hook=status_from_hook,
+    reply_from_hook=reply_from_hook,
     dialog_keys=dialog_keys,
     raw_history=True,
     mcp="http",

@@ -42,12 +42,11 @@ PROVIDER_MODULES: dict[str, str] = {
     "hermes": "hermes",
     "omp": "omp",
     "aider": "aider",
+    "grok_cli": "grok_cli",
 }
 
 # Names users of other orchestrators know, refused with the reason (docs/providers.md).
 UNSUPPORTED: dict[str, str] = {
-    "grok_cli": "not shipped yet: in cao's last full test run every Grok CLI 0.0.34 agent stopped after "
-    "drawing its logo, and the cause is not found (the provider module stays in the tree, unregistered)",
     "kimi_cli": "kimi-cli cannot run with cao's Python 3.11: every release needs Python 3.12 or later, "
     "and its last one (1.52.0) only prints a notice pointing to its successor, which is not on PyPI or npm",
 }
