@@ -104,7 +104,7 @@ def test_the_shell_reads_and_cancels_jobs_and_bad_ids_are_told(cao: CaoServer) -
 
 
 def test_an_unread_result_goes_to_the_callers_inbox(cao_factory) -> None:
-    cao = cao_factory("home").start()
+    cao = cao_factory("home", CAO_HANDOFF_UNCLAIMED_SECONDS="3").start()  # (a minute by default)
     profile = mock_profile(cao)
     sup = cao.create_session(provider="mock_cli")
     # The caller's call is cut before the worker answers: nobody asks for the result.

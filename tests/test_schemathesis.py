@@ -10,7 +10,8 @@ terminal, its session and a completed workflow run are there, and some examples 
 operation with such an id in its path aim at them; some examples of the create routes name a
 real profile and provider, so that generated paths, models and tool lists reach a real spawn.
 Operations that delete or end things run last.
-Streaming: `GET /events` is excluded (an SSE stream that only ends when the client leaves).
+Streaming: `GET /events` and `GET /ui/events` are excluded (SSE streams that only end when the
+client leaves; test_web_api.py reads the board's).
 The workflow events route stays in, SSE form included: the one run there has completed and
 nothing can resume it, so every follow ends at once; every request also has a client timeout.
 
@@ -54,7 +55,7 @@ CHECKS = [
     negative_data_rejection,
     positive_data_acceptance,
 ]
-STREAMING = {("GET", "/events")}
+STREAMING = {("GET", "/events"), ("GET", "/ui/events")}
 # Operations whose schema-valid requests the server may still refuse with 400: why (the same
 # words are in the operation's documented 400).
 REFUSED_BY_SERVICE = {

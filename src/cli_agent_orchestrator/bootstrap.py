@@ -218,5 +218,7 @@ def build_runtime(settings: Settings | None = None) -> Runtime:
         flows,
         hosts,
         memory,
-        HandoffResults(store, handoff_tables, orchestration, inbox, bus, monitor, tasks.spawn),
+        HandoffResults(
+            store, handoff_tables, orchestration, inbox, bus, monitor, tasks.spawn, settings.handoff_unclaimed
+        ),
     )

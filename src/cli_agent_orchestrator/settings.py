@@ -230,6 +230,9 @@ class Settings:
     # (the work goes on; get_handoff_result reads it); a call's own `wait` can be shorter or
     # longer. CAO_HANDOFF_WAIT_SECONDS.
     handoff_wait: float = 600.0
+    # How long a durable handoff's result that nobody asked for is kept for get_handoff_result
+    # before it goes to its caller's inbox; CAO_HANDOFF_UNCLAIMED_SECONDS.
+    handoff_unclaimed: float = 60.0
     # The terminal WebSocket (/terminals/{id}/ws): client addresses beside loopback, and
     # origins beside the server's own and the CORS list (`*` = any, for each).
     ws_allowed_clients: list[str] = field(default_factory=list)
@@ -302,6 +305,7 @@ class Settings:
             profile_fetch_timeout=env.number("CAO_PROFILE_FETCH_TIMEOUT", 30.0, 0.1),
             handoff_grace=env.number("CAO_HANDOFF_GRACE_SECONDS", 300.0, 0.0),
             handoff_wait=min(env.number("CAO_HANDOFF_WAIT_SECONDS", 600.0, 0.0), 3600.0),
+            handoff_unclaimed=min(env.number("CAO_HANDOFF_UNCLAIMED_SECONDS", 60.0, 0.0), 86400.0),
             ws_allowed_clients=env.words("CAO_WS_ALLOWED_CLIENTS"),
             database_url=env.database_url("CAO_DATABASE_URL"),
             ws_allowed_origins=env.words("CAO_WS_ALLOWED_ORIGINS"),

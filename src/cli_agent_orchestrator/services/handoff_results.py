@@ -5,8 +5,9 @@ once it has one.
 
 Invariants: a job's result is kept in the store (handoffs.result) as soon as it exists, and is
 handed out exactly once — to the waiting call, a later read, or, when nobody asks for it within
-UNCLAIMED_S, the caller's inbox. Only the job's caller (or the user) may read or cancel it. A
-result not read within RESULT_TTL_S of the job's end has expired. After a restart of
+`unclaimed_s` (CAO_HANDOFF_UNCLAIMED_SECONDS, 60), the caller's inbox. Only the job's caller (or
+the user) may read or cancel it. A result not read within RESULT_TTL_S of the job's end has
+expired. After a restart of
 cao-server, a job whose worker survived is adopted again (its result is still delivered);
 handoffs.py tears down the rest.
 """
@@ -34,7 +35,6 @@ from .waiting import TerminalVanished, wait_for
 
 log = logging.getLogger(__name__)
 
-UNCLAIMED_S = 60.0  # a finished job nobody has asked about goes to its caller's inbox after this
 RESULT_TTL_S = 24 * 3600.0  # an unread result expires this long after its job ended
 MAX_WAIT_S = 3700.0
 
@@ -49,8 +49,10 @@ class HandoffResults:
         bus: EventBus,
         monitor: StatusMonitor,
         spawn: Callable[[Coroutine[Any, Any, Any], str], object],
+        unclaimed_s: float = 60.0,  # a finished job nobody has asked about goes to its caller's inbox after this
     ):
         self.store, self.tables, self.orchestration = store, tables, orchestration
+        self.unclaimed_s = unclaimed_s
         self.inbox, self.bus, self.monitor, self.spawn = inbox, bus, monitor, spawn
         self._finished: dict[str, asyncio.Event] = {}  # jobs of this process, set once they have a result
         self._waiting: dict[str, int] = {}  # how many calls wait for each job right now
@@ -160,8 +162,8 @@ class HandoffResults:
             self.spawn(self._unclaimed(job_id, caller_id), f"handoff-unclaimed:{job_id}")
 
     async def _unclaimed(self, job_id: str, caller_id: str) -> None:
-        """Nobody asked for the result: after UNCLAIMED_S it goes to the caller's inbox."""
-        await asyncio.sleep(UNCLAIMED_S)  # a grace period for get_handoff_result, not a sync
+        """Nobody asked for the result: after `unclaimed_s` it goes to the caller's inbox."""
+        await asyncio.sleep(self.unclaimed_s)  # a grace period for get_handoff_result, not a sync
         record = await self.store.run(self.tables.get, job_id)
         if record is None or record.result is None or record.delivered_at is not None:
             return
