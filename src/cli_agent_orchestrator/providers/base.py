@@ -157,6 +157,9 @@ class Provider:
     # The exact text of a turn's answer when the CLI's turn-end hook carries it: better
     # than reading the screen (no wrapping, markdown kept). None → the screen is read.
     reply_from_hook: Callable[[str, dict], str | None] = no_hook_reply
+    # How long the turn's end may wait for reply_from_hook to find the answer, for a CLI whose hook
+    # can run before the record it names is written (Copilot's transcript); 0: not waited for.
+    hook_reply_wait_s: float = 0.0
     # extract_reply gets history lines untrimmed (trailing blanks can be the only mark
     # that tells a reply from echoed text, as in opencode's inline mode).
     raw_history: bool = False

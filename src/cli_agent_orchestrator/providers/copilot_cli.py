@@ -162,6 +162,7 @@ _OPTION = re.compile(r"^[ │]*(?:❯ )?\s*\d+\. ")
 _BUSY = re.compile(r"^ \S Working\b.*\besc\b")
 _LOADING = re.compile(r"^ \S Loading: ")
 _CANCELLED = "Operation cancelled by user"
+_FAILED, _ABORTED = " ✗ ", "Operation aborted by user"  # a tool's row when its dialog was declined
 # Rows of the folder-trust dialog (any one will do: cao's copy of a screen can lack a row).
 _TRUST = ("Confirm folder trust", "Do you trust the files in this folder?", "remember this folder for future sessions")
 _STATUS_ROW = re.compile(r"^ \S (Working|Loading)\b")
@@ -196,7 +197,13 @@ def read_status(screen: Screen) -> StatusReading:
     history = rows[: rules[-2]]
     asked_at, answer = last_turn(history, _ECHO, _ANSWER)
     answered = asked_at is not None and answer is not None
-    if answer is not None and answered and history[answer][len(_ANSWER) :].startswith(_CANCELLED):
+    cancelled = answer is not None and answered and history[answer][len(_ANSWER) :].startswith(_CANCELLED)
+    # A declined tool is drawn ("✗ … Operation aborted by user") a moment before the turn's
+    # "Operation cancelled" line; the entry above it (a start-up notice) is no answer of this turn.
+    aborted = asked_at is not None and any(
+        row.startswith(_FAILED) and _ABORTED in row for row in history[max(asked_at, answer or 0) :]
+    )
+    if cancelled or aborted:
         # A turn stopped at a dialog (declined) or by Esc fires no hook: the screen is certain.
         return StatusReading(TerminalStatus.IDLE, _CANCELLED, bool(typed), len(composer), definite=True)
     status = TerminalStatus.COMPLETED if answered and not typed else TerminalStatus.IDLE
@@ -235,6 +242,9 @@ PROVIDER = Provider(
     startup_timeout=90.0,  # the first start in a home unpacks ~235 MB into ~/.cache/copilot
     status_from_hook=status_from_hook,
     reply_from_hook=reply_from_hook,
+    # agentStop can run before Copilot has written the answer to its transcript (seen under load:
+    # the turn's user.message was the last record); the screen meanwhile may show only its start.
+    hook_reply_wait_s=2.0,
     dialog_keys=dialog_keys,
     mcp="http",  # cao's endpoint itself, streamable HTTP (--additional-mcp-config)
     enter_delay_s=0.5,  # at most: Enter waits for the composer to show the paste

@@ -30,6 +30,7 @@ log = logging.getLogger(__name__)
 
 SUBMIT_CONFIRM_S = 1.5  # how long one Enter may take to show any effect
 SUBMIT_RETRIES = 3
+SLOW_RETRIES = 2  # more, at SUBMIT_CONFIRM_S, after the retries of a CLI's shorter confirm wait
 # What an Enter did, as the screen and the hooks tell.
 _STARTED, _NEWLINE, _NO_EFFECT = "started", "newline", "no effect"
 
@@ -132,7 +133,13 @@ class InputService:
             # The rows the text takes now: one more after an Enter means it became a newline.
             view = self.monitor.view(terminal_id)
             rows = view.composer_rows if view is not None and view.composer_has_text else 0
-            for attempt in range(SUBMIT_RETRIES + 1):
+            # A CLI's short confirm wait (Gemini's) holds while it keeps up; on a loaded machine its
+            # draw can lag the Enters, so the last presses wait the default time for the screen
+            # to show what the earlier ones did (a newline to take back, or the turn).
+            waits = [confirm] * (SUBMIT_RETRIES + 1)
+            if confirm < SUBMIT_CONFIRM_S:
+                waits += [SUBMIT_CONFIRM_S] * SLOW_RETRIES
+            for attempt, confirm in enumerate(waits):
                 try:
                     await self.backend.send_keys(window_id, ["Enter"])
                 except AgentExited:
@@ -158,6 +165,8 @@ class InputService:
                     # to show it. Another Enter could submit a stray empty line.
                     return turn
                 log.info("terminal %s: Enter not taken (attempt %d), pressing it again", terminal_id, attempt + 1)
+            # (The monitor's status stays what the agent shows: the text waits in its composer.)
+            log.warning("terminal %s: no Enter of %d was seen taken", terminal_id, len(waits))
             return turn
         finally:
             self.bus.close_stream(stream)

@@ -63,7 +63,23 @@ class CliSignals:
             return None
         term.last_hook = event
         reply = term.provider.reply_from_hook(event, payload)
+        if reply is None and reading.status == TerminalStatus.COMPLETED and term.provider.hook_reply_wait_s > 0:
+            reply = await self._late_hook_reply(term, event, payload)
         return await self._signal(terminal_id, term, f"hook:{event}", reading, reply)
+
+    @staticmethod
+    async def _late_hook_reply(term: WatchedTerminal, event: str, payload: dict) -> str | None:
+        """The answer the hook names, once the CLI has written it (its file is written by another
+        process that sends no signal when done: it is read again, briefly, on this terminal's
+        worker only)."""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + term.provider.hook_reply_wait_s
+        while loop.time() < deadline:
+            await asyncio.sleep(0.1)
+            reply = await asyncio.to_thread(term.provider.reply_from_hook, event, payload)
+            if reply is not None:
+                return reply
+        return None
 
     async def _on_titles(self, terminal_id: str, term: WatchedTerminal) -> None:
         """The CLI set its title (in the output just emulated, or as a snapshot found it): the
