@@ -32,7 +32,7 @@ SUBMIT_CONFIRM_S = 1.5  # how long one Enter may take to show any effect
 SUBMIT_RETRIES = 3
 SLOW_RETRIES = 2  # more, at SUBMIT_CONFIRM_S, after the retries of a CLI's shorter confirm wait
 # What an Enter did, as the screen and the hooks tell.
-_STARTED, _NEWLINE, _NO_EFFECT = "started", "newline", "no effect"
+_STARTED, _NEWLINE, _CLEARED, _NO_EFFECT = "started", "newline", "cleared", "no effect"
 
 _C0_OR_C1 = re.compile("[\x00-\x08\x0b-\x1f\x7f\x80-\x9f]")
 
@@ -136,6 +136,7 @@ class InputService:
             # A CLI's short confirm wait (Gemini's) holds while it keeps up; on a loaded machine its
             # draw can lag the Enters, so the last presses wait the default time for the screen
             # to show what the earlier ones did (a newline to take back, or the turn).
+            quick = confirm < SUBMIT_CONFIRM_S
             waits = [confirm] * (SUBMIT_RETRIES + 1)
             if confirm < SUBMIT_CONFIRM_S:
                 waits += [SUBMIT_CONFIRM_S] * SLOW_RETRIES
@@ -146,9 +147,9 @@ class InputService:
                     if attempt == 0:
                         raise
                     return turn  # the agent ended after an Enter (an exit command): the monitor says so
-                outcome = await self._confirmed(stream, turn, confirm, rows + 1 if rows else 0)
-                if outcome == _STARTED:
-                    return turn
+                outcome = await self._confirmed(stream, turn, confirm, rows + 1 if rows else 0, drawn)
+                if outcome in (_STARTED, _CLEARED):
+                    return turn  # (cleared: the agent took the text and is slow to show the turn)
                 if outcome == _NEWLINE:
                     # The Enter became a newline (a CLI's paste guard): take it back, and press
                     # Enter again once the composer shows it gone (so a second newline shows too).
@@ -160,10 +161,16 @@ class InputService:
                     if await self._composer_shows(stream, confirm, rows):
                         continue
                 view = self.monitor.view(terminal_id)
-                if view is None or view.exited or not view.composer_has_text:
+                if view is None or view.exited:
+                    return turn
+                if not view.composer_has_text and not quick:
                     # Nothing left in the composer: the agent took the text but is slow
                     # to show it. Another Enter could submit a stray empty line.
                     return turn
+                # (A CLI with a short confirm wait (Gemini) clears its composer within tens of ms of
+                # taking an Enter, and that was not seen: the reading of an empty composer can be
+                # one from before the paste was drawn (seen under load: the text left in the
+                # composer); an Enter on an empty composer does nothing there.)
                 log.info("terminal %s: Enter not taken (attempt %d), pressing it again", terminal_id, attempt + 1)
             # (The monitor's status stays what the agent shows: the text waits in its composer.)
             log.warning("terminal %s: no Enter of %d was seen taken", terminal_id, len(waits))
@@ -181,9 +188,10 @@ class InputService:
                 return True
         return False
 
-    async def _confirmed(self, stream, turn: int, limit: float, newline_rows: int) -> str:
+    async def _confirmed(self, stream, turn: int, limit: float, newline_rows: int, drawn: bool) -> str:
         """_STARTED once the agent shows the turn; _NEWLINE when the composer grew to
-        `newline_rows` rows (0: not watched) with its text still there; after `limit` s, _NO_EFFECT."""
+        `newline_rows` rows (0: not watched) with its text still there; _CLEARED when the composer,
+        seen `drawn` with the text, shows empty; after `limit` s, _NO_EFFECT."""
         loop = asyncio.get_running_loop()
         deadline = loop.time() + limit
         while True:
@@ -194,6 +202,8 @@ class InputService:
                 return _STARTED
             if isinstance(event, ComposerChanged) and newline_rows and event.has_text and event.rows == newline_rows:
                 return _NEWLINE
+            if isinstance(event, ComposerChanged) and drawn and not event.has_text:
+                return _CLEARED
 
     async def next_turn(self, terminal_id: str) -> int:
         """Count a turn that was started by keys rather than a paste (a dialog answer)."""
