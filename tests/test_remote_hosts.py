@@ -353,7 +353,9 @@ def test_a_cut_connection_mid_turn_loses_nothing_and_doubles_nothing(hosted):
         except AssertionError:
             raise AssertionError(hosted.client.get("/terminals").json()) from None
     wait_until(lambda: len(inbox_of(hosted, sup)) == 2, 60, message="both results in the supervisor's inbox")
-    wait_until(lambda: [m["status"] for m in inbox_of(hosted, sup)] == ["delivered", "delivered"], 60, message="both delivered")
+    wait_until(
+        lambda: [m["status"] for m in inbox_of(hosted, sup)] == ["delivered", "delivered"], 60, message="both delivered"
+    )
     time.sleep(2)  # nothing arrives twice later
     messages = inbox_of(hosted, sup)
     assert len(messages) == 2 and {m["sender_id"] for m in messages} == {a["id"] for a in analysts}, messages
