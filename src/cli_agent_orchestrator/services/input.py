@@ -137,17 +137,15 @@ class InputService:
             # draw can lag the Enters, so the last presses wait the default time for the screen
             # to show what the earlier ones did (a newline to take back, or the turn).
             quick = confirm < SUBMIT_CONFIRM_S
-            waits = [confirm] * (SUBMIT_RETRIES + 1)
-            if confirm < SUBMIT_CONFIRM_S:
-                waits += [SUBMIT_CONFIRM_S] * SLOW_RETRIES
-            for attempt, confirm in enumerate(waits):
+            waits = [confirm] * (SUBMIT_RETRIES + 1) + ([SUBMIT_CONFIRM_S] * SLOW_RETRIES if quick else [])
+            for attempt, wait in enumerate(waits):
                 try:
                     await self.backend.send_keys(window_id, ["Enter"])
                 except AgentExited:
                     if attempt == 0:
                         raise
                     return turn  # the agent ended after an Enter (an exit command): the monitor says so
-                outcome = await self._confirmed(stream, turn, confirm, rows + 1 if rows else 0, drawn)
+                outcome = await self._confirmed(stream, turn, wait, rows + 1 if rows else 0, drawn)
                 if outcome in (_STARTED, _CLEARED):
                     return turn  # (cleared: the agent took the text and is slow to show the turn)
                 if outcome == _NEWLINE:
@@ -158,7 +156,7 @@ class InputService:
                         await self.backend.send_keys(window_id, ["BSpace"])
                     except AgentExited:
                         return turn
-                    if await self._composer_shows(stream, confirm, rows):
+                    if await self._composer_shows(stream, wait, rows):
                         continue
                 view = self.monitor.view(terminal_id)
                 if view is None or view.exited:
