@@ -5,6 +5,7 @@ provider modules; no tmux needed because hooks carry the status."""
 from __future__ import annotations
 
 import asyncio
+import re
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from pathlib import Path
@@ -282,3 +283,130 @@ def test_a_held_ready_reading_is_dropped_when_a_dialog_follows_before_the_tools_
     seen = asyncio.run(scenario())
     assert TerminalStatus.IDLE not in seen, seen
     assert seen[-2:] == [TerminalStatus.WAITING_USER_ANSWER, TerminalStatus.PROCESSING], seen
+
+
+def test_a_frame_caught_mid_redraw_never_reads_as_an_emptied_composer(tmp_path: Path):
+    """Gemini erases its whole frame before drawing the next. Recorded under load (a full run of
+    the real-CLI tests): the paste's frame, then the frame of an Enter read as a newline, handed
+    over in two reads, erase and redraw. Between them the screen shows no composer at all; read
+    as an empty one, it told the input service the Enter was taken, and the message stayed in
+    Gemini's composer with nobody pressing Enter again."""
+    from cli_agent_orchestrator.events import ComposerChanged, TerminalOutput
+    from cli_agent_orchestrator.providers import gemini_cli
+
+    data = (Path(__file__).parent / "fixtures" / "streams" / "gemini_cli" / "enter_as_newline.log").read_bytes()
+    pasted_end = data.rindex(b"\x1b[4A\x1b[19G") + len(b"\x1b[4A\x1b[19G")  # the cursor put after the text
+    redraw = data.index(b"\r\n\r\n\r\n\xe2\x94\x80", pasted_end)  # the newline frame's rows, after its erase
+
+    async def scenario() -> list[tuple[bool, int]]:
+        async with _monitored(tmp_path, gemini_cli.PROVIDER, initial=TerminalStatus.IDLE) as (bus, _):
+            composer = bus.open_stream("composer", f"terminal.{TID}.composer")
+
+            async def settle() -> list[tuple[bool, int]]:
+                seen = []
+                while (event := await bus.next_event(composer, 0.3)) is not None:
+                    assert isinstance(event, ComposerChanged)
+                    seen.append((event.has_text, event.rows))
+                return seen
+
+            bus.publish(TerminalOutput(TID, data[:pasted_end]))
+            assert (await settle())[-1] == (True, 2)  # the text, and the blank row above the footer
+            bus.publish(TerminalOutput(TID, data[pasted_end:redraw]))
+            mid = await settle()
+            bus.publish(TerminalOutput(TID, data[redraw:]))
+            return mid + await settle()
+
+    assert asyncio.run(scenario()) == [(True, 3)]  # one row more: the newline, the text still there
+
+
+def test_a_dialog_caught_mid_redraw_is_still_answered_with_its_keys(tmp_path: Path):
+    """Hermes redraws its approval dialog (erase below, then the box again). Recorded under load:
+    an answer typed between the erase and the box found no menu on the latest screen, went in as
+    text, and its Enter picked the dialog's default "Allow once" for a "no". The view keeps the
+    last screen that read as something known: the dialog is answered from it."""
+    import pyte
+
+    from cli_agent_orchestrator.events import ScreenSnapshot, TerminalOutput
+    from cli_agent_orchestrator.providers import hermes
+    from cli_agent_orchestrator.services.status.screen import EmulatedScreen, render
+    from cli_agent_orchestrator.services.status.view import TerminalView
+
+    data = (Path(__file__).parent / "fixtures" / "streams" / "hermes" / "dialog_redrawn.log").read_bytes()
+    box = data.rindex("⚠️  Dangerous Command".encode())
+    erase = data.rindex(b"\x1b[17A\x1b[J", 0, box)  # the first draw of the dialog erased, the second to come
+    screen = EmulatedScreen(220, 50)
+    pyte.ByteStream(screen).feed(data[:erase])
+    drawn = ("\n".join(render(screen).lines), screen.cursor.x, screen.cursor.y)
+
+    async def scenario() -> None:
+        monitors: list[StatusMonitor] = []
+        async with _monitored(tmp_path, hermes.PROVIDER, monitors, initial=TerminalStatus.IDLE) as (bus, _):
+
+            async def view_when(check) -> TerminalView:
+                """The monitor's view once `check` holds (the output is read in the monitor's own task)."""
+                for _ in range(500):
+                    view = monitors[0].view(TID)
+                    if view is not None and check(view):
+                        return view
+                    await asyncio.sleep(0.01)
+                raise AssertionError(f"not within 5 s: {monitors[0].view(TID)}")
+
+            bus.publish(ScreenSnapshot(TID, *drawn))  # the dialog's first draw (tmux's copy: no flood)
+            view = await view_when(lambda v: v.status == TerminalStatus.WAITING_USER_ANSWER)
+            assert hermes.dialog_keys(view.screen, "no") == ["4"]
+            bus.publish(TerminalOutput(TID, b"\x1b[17A\x1b[J"))
+            view = await view_when(lambda v: hermes.dialog_keys(v.screen, "no") is None)  # no menu now
+            assert view.status == TerminalStatus.WAITING_USER_ANSWER
+            assert view.known_screen is not None and hermes.dialog_keys(view.known_screen, "no") == ["4"]
+            bus.publish(TerminalOutput(TID, data[erase + len(b"\x1b[17A\x1b[J") :]))
+            await view_when(lambda v: hermes.dialog_keys(v.screen, "no") == ["4"])  # drawn again
+
+    asyncio.run(scenario())
+
+
+def test_a_start_up_redraw_after_the_paste_is_not_the_turn(tmp_path: Path):
+    """Recorded under load: an assigned Gemini worker took its task while Gemini was still
+    redrawing its start-up screen (its footer gained the MCP server, then the GEMINI.md count).
+    Those ready screens, changed above the composer, passed for the new turn's answer: an `idle`
+    for the turn went out before its Enter was pressed, the input service took it for the turn's
+    start, and the Enter, read as a newline, was never taken back. Nothing before the turn's
+    Enter (EnterPressed) can be the turn."""
+    from cli_agent_orchestrator.events import EnterPressed, InputSubmitted, TerminalOutput
+    from cli_agent_orchestrator.providers import gemini_cli
+
+    data = (
+        Path(__file__).parent / "fixtures" / "streams" / "gemini_cli" / "startup_redrawn_after_ready.log"
+    ).read_bytes()
+    frames = [0, *(m.start() for m in re.finditer(rb"\x1b\[4B\x1b\[2K", data)), len(data)]
+    assert len(frames) == 6  # three start-up frames, the paste's, the newline's
+
+    async def scenario() -> list[StatusChanged]:
+        monitors: list[StatusMonitor] = []
+        async with _monitored(tmp_path, gemini_cli.PROVIDER, monitors, initial=TerminalStatus.IDLE) as (bus, stream):
+
+            async def read(frame: int, shows: str) -> None:
+                """Give the monitor one frame; return once it has read it (a frame at a time,
+                as a loaded machine hands them over)."""
+                bus.publish(TerminalOutput(TID, data[frames[frame] : frames[frame + 1]]))
+                for _ in range(500):
+                    view, term = monitors[0].view(TID), monitors[0]._terms[TID]
+                    if view is not None and shows in "\n".join(view.screen.lines) and not term.dirty:
+                        return
+                    await asyncio.sleep(0.01)
+                raise AssertionError(f"frame {frame} not read within 5 s")
+
+            await read(0, "Type your message")
+            bus.publish(InputSubmitted(TID, 1, enter_follows=True))
+            await read(1, "MCP server")  # start-up redraws, after the input began
+            await read(2, "GEMINI.md file")
+            await read(3, "the assigned task")  # the paste's echo
+            bus.publish(EnterPressed(TID, 1))
+            await read(4, "the assigned task")  # the Enter, read as a newline
+            seen = []
+            while (event := await bus.next_event(stream, 0.3)) is not None:
+                seen.append(event)
+            view = monitors[0].view(TID)
+            assert view is not None and view.composer_has_text and view.composer_rows == 5
+            return seen
+
+    assert asyncio.run(scenario()) == []  # no status for the turn: it has not started

@@ -32,6 +32,7 @@ from .orchestration import (
 from .terminal import (
     BackendLost,
     ComposerChanged,
+    EnterPressed,
     HookReceived,
     InputSubmitted,
     McpListed,
@@ -77,6 +78,7 @@ __all__ = [
     "AssignStarted",
     "BackendLost",
     "ComposerChanged",
+    "EnterPressed",
     "ConsumerFailed",
     "Event",
     "FlowRunFinished",

@@ -163,14 +163,29 @@ class BackendLost(Event):
 
 @dataclass(frozen=True)
 class InputSubmitted(Event):
-    """cao pasted input and pressed Enter: a new turn starts (unconfirmed)."""
+    """cao is giving an agent input (a paste, or a dialog's keys): a new turn starts
+    (unconfirmed). `enter_follows`: a paste, whose Enter comes later (EnterPressed)."""
+
+    terminal_id: str
+    turn: int
+    enter_follows: bool = False
+
+    @property
+    def topic(self) -> str:
+        return f"terminal.{self.terminal_id}.input"
+
+
+@dataclass(frozen=True)
+class EnterPressed(Event):
+    """cao pressed the first Enter after a turn's paste. Before it, nothing on the screen can be
+    that turn's doing (a CLI still redrawing its start-up screen is not an answer)."""
 
     terminal_id: str
     turn: int
 
     @property
     def topic(self) -> str:
-        return f"terminal.{self.terminal_id}.input"
+        return f"terminal.{self.terminal_id}.enter"
 
 
 @dataclass(frozen=True)

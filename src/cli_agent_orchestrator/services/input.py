@@ -22,7 +22,7 @@ import re
 from ..backends.base import TerminalBackend
 from ..bus import EventBus
 from ..errors import AgentExited
-from ..events import ComposerChanged, InputSubmitted, StatusChanged
+from ..events import ComposerChanged, EnterPressed, InputSubmitted, StatusChanged
 from ..models import TerminalStatus
 from .status.monitor import StatusMonitor
 
@@ -105,7 +105,7 @@ class InputService:
             f"submit:{terminal_id}", f"terminal.{terminal_id}.*", 1 << 20, kinds=(StatusChanged, ComposerChanged)
         )
         try:
-            self.bus.publish(InputSubmitted(terminal_id, turn))
+            self.bus.publish(InputSubmitted(terminal_id, turn, enter_follows=True))
             view = self.monitor.view(terminal_id)
             echo = (
                 self.bus.open_stream(f"echo:{terminal_id}", f"terminal.{terminal_id}.composer", 64)
@@ -139,6 +139,8 @@ class InputService:
             quick = confirm < SUBMIT_CONFIRM_S
             waits = [confirm] * (SUBMIT_RETRIES + 1) + ([SUBMIT_CONFIRM_S] * SLOW_RETRIES if quick else [])
             for attempt, wait in enumerate(waits):
+                if attempt == 0:
+                    self.bus.publish(EnterPressed(terminal_id, turn))
                 try:
                     await self.backend.send_keys(window_id, ["Enter"])
                 except AgentExited:
@@ -146,6 +148,15 @@ class InputService:
                         raise
                     return turn  # the agent ended after an Enter (an exit command): the monitor says so
                 outcome = await self._confirmed(stream, turn, wait, rows + 1 if rows else 0, drawn)
+                log.debug(
+                    "terminal %s: turn %d, Enter %d: %s (drawn %s, rows %d)",
+                    terminal_id,
+                    turn,
+                    attempt + 1,
+                    outcome,
+                    drawn,
+                    rows,
+                )
                 if outcome in (_STARTED, _CLEARED):
                     return turn  # (cleared: the agent took the text and is slow to show the turn)
                 if outcome == _NEWLINE:
@@ -197,10 +208,12 @@ class InputService:
             if event is None:
                 return _NO_EFFECT
             if isinstance(event, StatusChanged) and event.turn >= turn:
+                log.debug("terminal %s: turn %d started: %s", event.terminal_id, turn, event)
                 return _STARTED
             if isinstance(event, ComposerChanged) and newline_rows and event.has_text and event.rows == newline_rows:
                 return _NEWLINE
             if isinstance(event, ComposerChanged) and drawn and not event.has_text:
+                log.debug("terminal %s: turn %d, composer cleared: %s", event.terminal_id, turn, event)
                 return _CLEARED
 
     async def next_turn(self, terminal_id: str) -> int:

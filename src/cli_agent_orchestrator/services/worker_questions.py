@@ -38,7 +38,8 @@ def question_on_screen(monitor: StatusMonitor, terminal_id: str) -> str:
     view = monitor.view(terminal_id)
     if view is None:
         return "(the worker's screen is not known)"
-    rows = [row.rstrip() for row in view.screen.lines if row.strip() and not _DECORATION.match(row)]
+    screen = view.known_screen or view.screen  # (not a frame caught mid-redraw)
+    rows = [row.rstrip() for row in screen.lines if row.strip() and not _DECORATION.match(row)]
     text = "\n".join(rows[-QUESTION_ROWS:]).strip()
     if len(text) > MAX_QUESTION_CHARS:
         text = "…" + text[-MAX_QUESTION_CHARS:]

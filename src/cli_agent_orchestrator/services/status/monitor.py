@@ -21,6 +21,7 @@ import pyte
 from ...bus import EventBus
 from ...events import (
     ComposerChanged,
+    EnterPressed,
     Event,
     HookReceived,
     InputSubmitted,
@@ -137,6 +138,7 @@ class StatusMonitor(CliSignals):
             term.hook_reply,
             term.status_since,
             term.composer_rows,
+            term.known if term.known.lines else term.rendered,
         )
 
     # --- consumers (registered in bootstrap) ------------------------------------
@@ -156,6 +158,7 @@ class StatusMonitor(CliSignals):
             (
                 TerminalOutput,
                 InputSubmitted,
+                EnterPressed,
                 TerminalExited,
                 TerminalResized,
                 ScreenSnapshot,
@@ -211,6 +214,8 @@ class StatusMonitor(CliSignals):
     async def _apply(self, terminal_id: str, term: WatchedTerminal, event: Event) -> None:
         if isinstance(event, InputSubmitted):
             await self.on_input(event)
+        elif isinstance(event, EnterPressed):
+            self.on_enter(event)
         elif isinstance(event, TerminalExited):
             await self.on_exited(event)
         elif isinstance(event, TerminalResized):
@@ -276,6 +281,7 @@ class StatusMonitor(CliSignals):
         elif term is not None:
             term.turn = event.turn
             term.phase = SENT
+            term.awaiting_enter = event.enter_follows
             term.status_at_submit = term.status
             term.upper_at_submit = upper_rows(term.screen)
             # The signals ended the last turn but its busy screen is still up (input sent the
@@ -285,6 +291,11 @@ class StatusMonitor(CliSignals):
                 and (held is not None or term.status in (TerminalStatus.COMPLETED, TerminalStatus.IDLE))
                 and self._reads_busy(term)
             )
+
+    def on_enter(self, event: EnterPressed) -> None:
+        term = self._terms.get(event.terminal_id)
+        if term is not None:
+            term.enter_pressed(event.turn)
 
     async def on_exited(self, event: Event) -> None:
         assert isinstance(event, TerminalExited)
@@ -319,7 +330,13 @@ class StatusMonitor(CliSignals):
             log.exception("provider %s read_status failed", term.provider.name)
             return
         composer = (reading.composer_has_text, reading.composer_rows)
-        if (term.composer_has_text, term.composer_rows) != composer:
+        # A screen that reads as nothing known says nothing about the composer either: it is
+        # most often a frame caught mid-redraw (Gemini erases its whole frame before drawing the
+        # next one, and a loaded machine hands the two halves over apart). Read as "empty", it
+        # told the input service that an Enter was taken while the text still sat there.
+        if reading.status != TerminalStatus.UNKNOWN:
+            term.known = term.rendered
+        if reading.status != TerminalStatus.UNKNOWN and (term.composer_has_text, term.composer_rows) != composer:
             term.composer_has_text, term.composer_rows = composer
             self.bus.publish(ComposerChanged(terminal_id, *composer))
         new = reading.status
@@ -354,6 +371,12 @@ class StatusMonitor(CliSignals):
         if term.phase != SETTLED:
             if new == TerminalStatus.UNKNOWN:
                 return
+            if new.is_ready and term.awaiting_enter:
+                # Pasted, Enter not pressed yet: a ready screen is not this turn's doing (Gemini
+                # redraws its start-up screen for seconds after it first takes input).
+                if reading.composer_has_text:
+                    term.phase = COMPOSER_SEEN
+                return
             if (
                 new == TerminalStatus.PROCESSING
                 and term.signals_seen
@@ -378,7 +401,7 @@ class StatusMonitor(CliSignals):
                 if reading.composer_has_text:
                     term.phase = COMPOSER_SEEN
                     return
-                if term.phase == SENT and not self._new_turn_on_screen(term):
+                if term.phase == SENT and not term.new_turn_on_screen():
                     return  # still the previous turn's screen
             term.phase = SETTLED
             await self._publish(terminal_id, term, new, "screen", reading.reason, force=True)
@@ -389,16 +412,6 @@ class StatusMonitor(CliSignals):
             return  # a finished turn stays completed until new input (typed text counts)
         if new != term.status or reading.reason != term.reason:
             await self._publish(terminal_id, term, new, "screen", reading.reason)
-
-    @staticmethod
-    def _new_turn_on_screen(term: WatchedTerminal) -> bool:
-        """A ready screen right after a submit belongs to the new turn when the echo and the
-        answer arrived together (nothing in between to see): the screen above its last two
-        rows (prompt and footer redraws) changed, or the agent was waiting for this answer."""
-        return (
-            term.status_at_submit == TerminalStatus.WAITING_USER_ANSWER
-            or upper_rows(term.screen) != term.upper_at_submit
-        )
 
     async def _publish(
         self,

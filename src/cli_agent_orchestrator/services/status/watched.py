@@ -18,7 +18,7 @@ import pyte
 
 from ...models import TerminalStatus
 from ...providers.base import Provider, Screen
-from .screen import EmulatedScreen, load_capture
+from .screen import EmulatedScreen, load_capture, upper_rows
 
 # Turn phases after InputSubmitted.
 SETTLED, SENT, COMPOSER_SEEN = "settled", "sent", "composer_seen"
@@ -59,6 +59,7 @@ class WatchedTerminal:
     composer_rows: int = 0
     status_at_submit: TerminalStatus = TerminalStatus.UNKNOWN
     upper_at_submit: tuple[str, ...] = ()
+    awaiting_enter: bool = False  # the turn's text is pasted, its Enter not pressed yet (EnterPressed)
     busy_at_submit: bool = False  # the CLI's signals had ended the last turn, its busy screen was still up
     # the CLI reports its own turns (hooks, its title); the screen then only sees dialogs and errors
     signals_seen: bool = False
@@ -66,6 +67,9 @@ class WatchedTerminal:
     hook_reply: str | None = None  # the current turn's answer as the CLI's turn-end hook gave it
     last_hook: str | None = None  # the hook event of the last hook reading (providers read it)
     rendered: Screen = field(default_factory=lambda: Screen([]))  # the screen last read
+    # The last screen that read as something known: a frame caught mid-redraw (read as unknown)
+    # never replaces it, so a dialog the status reports is still there to be answered.
+    known: Screen = field(default_factory=lambda: Screen([]))
     # What its CLI has yet to list on cao's MCP endpoint before it has cao's tools (McpListed; the
     # provider's `mcp_ready_after`): a ready reading waits here, and the status says "unknown" with
     # why, so that nobody types a task into an agent without its tools. Empty: nothing pending.
@@ -145,6 +149,22 @@ class WatchedTerminal:
         if not self.forgotten and self.snapshot_asked:
             self.snapshot_asked = False
             self.ask_snapshot()
+
+    def enter_pressed(self, turn: int) -> None:
+        """The turn's Enter: what the screen shows from here on may be the turn. The screen as it
+        is now (pasted text and all) is the one a new turn must change."""
+        if turn == self.turn and self.awaiting_enter:
+            self.awaiting_enter = False
+            self.upper_at_submit = upper_rows(self.screen)
+
+    def new_turn_on_screen(self) -> bool:
+        """A ready screen right after a submit belongs to the new turn when the echo and the
+        answer arrived together (nothing in between to see): the screen above its last two
+        rows (prompt and footer redraws) changed, or the agent was waiting for this answer."""
+        return (
+            self.status_at_submit == TerminalStatus.WAITING_USER_ANSWER
+            or upper_rows(self.screen) != self.upper_at_submit
+        )
 
     def apply_snapshot(self, text: str, cursor: tuple[int, int], title: str | None = None) -> None:
         # Output before this point of the stream is in the snapshot; output after it is

@@ -286,7 +286,12 @@ class TerminalService:
         view = self.monitor.view(terminal_id)
         if view is None or view.status != TerminalStatus.WAITING_USER_ANSWER:
             return None
+        # The latest screen may be a frame caught mid-redraw, without the dialog: then the screen
+        # the dialog was read from. Typed as text instead, the answer's Enter would pick the
+        # dialog's default option (Hermes: "Allow once" for a "no").
         keys = view.provider.dialog_keys(view.screen, answer)
+        if keys is None and view.known_screen is not None:
+            keys = view.provider.dialog_keys(view.known_screen, answer)
         return [k for k in keys if valid_key(k)] if keys else None
 
     async def send_key(self, terminal_id: str, key: str) -> None:
