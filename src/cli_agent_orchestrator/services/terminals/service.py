@@ -218,8 +218,9 @@ class TerminalService:
                 raise WorkerError(f"terminal {terminal_id} was removed while starting ({gone})", terminal_id) from None
             view = self.monitor.view(terminal_id)
             screen = view.screen if view else None
-            if status == TerminalStatus.WAITING_USER_ANSWER and screen is not None and answered < MAX_STARTUP_ANSWERS:
-                keys = provider.answer_startup_dialog(screen)
+            if status == TerminalStatus.WAITING_USER_ANSWER and view is not None and answered < MAX_STARTUP_ANSWERS:
+                # The screen the dialog was read from: the latest may be a frame caught mid-redraw.
+                keys = provider.answer_startup_dialog(view.known_screen or view.screen)
                 if keys:
                     answered += 1
                     await self.input.send_keys(await self.window(terminal_id), list(keys))
