@@ -439,6 +439,7 @@ NOT_FOR_PLUGINS = {
     "TerminalExited",
     "TerminalUnreachable",  # its effect reaches plugins as the status change it causes
     "InputSubmitted",
+    "EnterPressed",  # input mechanics, as InputSubmitted
     "HookReceived",
     "BackendLost",
     "ConsumerFailed",

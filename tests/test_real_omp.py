@@ -13,6 +13,7 @@ server for the module; every test starts its own agents.
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import sys
@@ -241,9 +242,15 @@ def test_a_reviewers_write_is_refused_and_a_set_without_mcp_is_not_even_offered(
     model.clear_requests(SCRIPT)
     omp.send(tid, "please write the file")
     assert omp.wait_status(tid, {"completed", "error"}, TURN_S) == "completed"
-    # The reader's own request: the last one (a late request of the reviewer, deleted above, may
-    # still have reached the model after the log was cleared: seen once under load).
-    last = [r for r in model.requests(SCRIPT) if not r["side"] and "please write the file" in r["user_text"]][-1]
+    # The reader's own requests, told by its system prompt: a request of the reviewer deleted above
+    # reached the model after the log was cleared (seen twice under load), and it was offered `write`.
+    mine = [
+        r
+        for r in model.requests(SCRIPT)
+        if not r["side"] and "please write the file" in r["user_text"] and "You read." in json.dumps(r["body"])
+    ]
+    assert mine, [r["user_text"] for r in model.requests(SCRIPT)]
+    last = mine[-1]
     assert offered_tools(last) == {"read", "grep", "glob"}, offered_tools(last)
     assert "not offered" in last_reply(omp, tid)
     assert not (work / "reviewed.txt").exists()
