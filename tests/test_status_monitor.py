@@ -410,3 +410,28 @@ def test_a_start_up_redraw_after_the_paste_is_not_the_turn(tmp_path: Path):
             return seen
 
     assert asyncio.run(scenario()) == []  # no status for the turn: it has not started
+
+
+def test_an_unknown_reading_before_the_tools_are_listed_keeps_the_held_ready_one(tmp_path: Path):
+    """Claude's resumed agent once never became ready under load: its `idle` (SessionStart) was held
+    for the tools, then a screen that read as nothing known (a redraw) dropped the held reading,
+    and once the tools were listed nothing said ready again (the screen decides no idle once the
+    CLI's hooks do)."""
+
+    async def scenario() -> list[tuple[TerminalStatus, str]]:
+        monitors: list[StatusMonitor] = []
+        async with _monitored(tmp_path, qwen_cli.PROVIDER, monitors, awaiting_tools=True) as (bus, stream):
+            seen: list[tuple[TerminalStatus, str]] = []
+            monitor = monitors[0]
+            await monitor.set_external(TID, TerminalStatus.IDLE, "hook:SessionStart")
+            await monitor.set_external(TID, TerminalStatus.UNKNOWN, "screen")
+            for method in qwen_cli.PROVIDER.mcp_ready_after:
+                await monitor.on_mcp_listed(TID, method)
+            while (event := await bus.next_event(stream, 0.5)) is not None:
+                if isinstance(event, StatusChanged):
+                    seen.append((event.status, event.reason))
+            return seen
+
+    from cli_agent_orchestrator.services.status.monitor import TOOLS_PENDING
+
+    assert asyncio.run(scenario()) == [(TerminalStatus.UNKNOWN, TOOLS_PENDING), (TerminalStatus.IDLE, "")]

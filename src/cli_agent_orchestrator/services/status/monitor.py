@@ -422,8 +422,10 @@ class StatusMonitor(CliSignals):
         reason: str,
         force: bool = False,
     ) -> None:
-        if term.listings_pending and status.is_ready:
-            term.held_ready = (status, source, reason)
+        if term.listings_pending and (status.is_ready or status == TerminalStatus.UNKNOWN):
+            # A ready reading waits for the tools; an unknown one (a redraw) leaves a held one be.
+            if status.is_ready:
+                term.held_ready = (status, source, reason)
             status, source, reason = TerminalStatus.UNKNOWN, "tools", TOOLS_PENDING
         elif term.listings_pending:
             # A later reading that is not ready (a dialog, a turn) outdates the held one: it
