@@ -336,9 +336,9 @@ class StatusMonitor(CliSignals):
         # told the input service that an Enter was taken while the text still sat there.
         if reading.status != TerminalStatus.UNKNOWN:
             term.known = term.rendered
-        if reading.status != TerminalStatus.UNKNOWN and (term.composer_has_text, term.composer_rows) != composer:
-            term.composer_has_text, term.composer_rows = composer
-            self.bus.publish(ComposerChanged(terminal_id, *composer))
+            if (term.composer_has_text, term.composer_rows) != composer:
+                term.composer_has_text, term.composer_rows = composer
+                self.bus.publish(ComposerChanged(terminal_id, *composer))
         new = reading.status
         if term.reread:
             # Back from an unreachable host: the screen as it is now is the status.
